@@ -1,0 +1,1 @@
+"""Build and maintain a wherein index: walk, decode, embed, catalog, vectors."""

@@ -1,0 +1,131 @@
+"""Decode any image a photo collection holds, the way a viewer shows it, and preprocess it.
+
+Every failure becomes a DecodeError with a short reason; the indexer records it
+as a skip and goes on.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+from wherein.schemas.models import (
+    CLIPSEG_IMAGE_SIZE,
+    CLIPSEG_MEAN,
+    CLIPSEG_STD,
+    SIGLIP_IMAGE_SIZE,
+)
+
+try:  # HEIC/HEIF (and AVIF on older Pillow) through the maintained plugin
+    import pillow_heif
+
+    pillow_heif.register_heif_opener()
+except ImportError:  # pragma: no cover - optional at runtime
+    pass
+
+# Truncated files must fail, not decode as half-grey images.
+ImageFile.LOAD_TRUNCATED_IMAGES = False
+MAX_PIXELS = 178_956_970  # Pillow's default bomb limit; above it we refuse, not warn
+
+IMAGE_EXTENSIONS = frozenset(
+    ".jpg .jpeg .jpe .jfif .png .webp .gif .tif .tiff .bmp .dib .heic .heif .avif .ppm .pgm .pbm .tga .jp2 .j2k".split()
+)
+
+
+class DecodeError(Exception):
+    """The file is not an image wherein can read; the message is the recorded reason."""
+
+
+def is_image_name(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in IMAGE_EXTENSIONS
+
+
+def open_image(source: str | Path | bytes, draft_size: int | None = None) -> Image.Image:
+    """Decode to an RGB image in viewing orientation (EXIF applied)."""
+    return decode(source, draft_size)[0]
+
+
+_SWAPS_AXES = {5, 6, 7, 8}  # EXIF orientations that rotate by 90 degrees
+
+
+def decode(source: str | Path | bytes, draft_size: int | None = None) -> tuple[Image.Image, tuple[int, int]]:
+    """Decode to an RGB image in viewing orientation, plus the full-size (width, height) a viewer shows.
+
+    draft_size lets libjpeg decode at 1/2..1/8 scale when the result stays at
+    least twice draft_size on each side (so the later resize still antialiases).
+    """
+    data = source if isinstance(source, bytes) else None
+    if data is not None and not data:
+        raise DecodeError("empty file")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data) if data is not None else source)
+            w, h = img.size
+            if w * h > MAX_PIXELS:
+                raise DecodeError(f"decompression bomb: {w}x{h} pixels exceeds the {MAX_PIXELS:,} limit")
+            if img.getexif().get(0x0112) in _SWAPS_AXES:
+                w, h = h, w
+            if draft_size and img.format == "JPEG":
+                img.draft("RGB", (draft_size * 2, draft_size * 2))
+            img.seek(0)  # first frame of GIF/WebP/TIFF stacks
+            img.load()
+            img = ImageOps.exif_transpose(img)
+            return to_rgb(img), (w, h)
+    except DecodeError:
+        raise
+    except UnidentifiedImageError:
+        raise DecodeError("not an image (unrecognised format)") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise DecodeError(f"decompression bomb: {exc}") from None
+    except OSError as exc:
+        msg = str(exc)
+        if "truncated" in msg.lower() or "premature" in msg.lower():
+            raise DecodeError(f"truncated image ({msg})") from None
+        raise DecodeError(f"unreadable image ({msg})") from None
+    except (ValueError, SyntaxError, EOFError, MemoryError) as exc:
+        raise DecodeError(f"corrupt image ({type(exc).__name__}: {exc})") from None
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """Any mode to 8-bit RGB; transparency composited on white (how a viewer shows it)."""
+    if img.mode == "RGB":
+        return img
+    if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+        arr = np.asarray(img, dtype=np.float64)
+        top = 65535.0 if arr.max() > 255 else 255.0
+        img = Image.fromarray(np.clip(arr / top * 255.0 + 0.5, 0, 255).astype(np.uint8), "L")
+    elif img.mode == "F":
+        arr = np.asarray(img, dtype=np.float64)
+        lo, hi = float(arr.min()), float(arr.max())
+        scaled = (arr - lo) / (hi - lo) * 255.0 if hi > lo else np.zeros_like(arr)
+        img = Image.fromarray(scaled.astype(np.uint8), "L")
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = img.convert("RGBA")
+        canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(canvas, rgba).convert("RGB")
+    return img.convert("RGB")
+
+
+def siglip_input(img: Image.Image, size: int = SIGLIP_IMAGE_SIZE) -> np.ndarray:
+    """[3,size,size] float32: bicubic squash (no crop), /255, (x-0.5)/0.5 — open_clip's recipe."""
+    x = np.asarray(img.resize((size, size), Image.BICUBIC), dtype=np.float32)
+    x = x * (2.0 / 255.0) - 1.0
+    return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+_CLIPSEG_MEAN = np.array(CLIPSEG_MEAN, dtype=np.float32) * 255.0
+_CLIPSEG_SCALE = 1.0 / (np.array(CLIPSEG_STD, dtype=np.float32) * 255.0)
+
+
+def clipseg_input(img: Image.Image, size: int = CLIPSEG_IMAGE_SIZE) -> np.ndarray:
+    """[3,size,size] float32: bilinear squash, /255, ImageNet mean/std (CIDAS config)."""
+    x = np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.float32)
+    x = (x - _CLIPSEG_MEAN) * _CLIPSEG_SCALE
+    return np.ascontiguousarray(x.transpose(2, 0, 1))

@@ -1,0 +1,99 @@
+"""Find the image files under the paths a user gives."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from wherein.indexer.imaging import is_image_name
+
+
+@dataclass(frozen=True)
+class FoundFile:
+    path: str  # absolute, as the user reaches it (symlinks in the path kept)
+    size: int
+    mtime_ns: int
+
+
+@dataclass
+class WalkProblem:
+    path: str
+    reason: str
+
+
+def walk(
+    roots: list[str | Path],
+    include_hidden: bool = False,
+    problems: list[WalkProblem] | None = None,
+) -> Iterator[FoundFile]:
+    """Yield image files under roots, recursively, in a stable order.
+
+    Hidden files and folders are skipped unless include_hidden. Symlinked folders
+    are followed once: each real folder is entered at most once, so link loops end.
+    """
+    seen_dirs: set[tuple[int, int]] = set()
+    seen_files: set[str] = set()
+    for root in roots:
+        root = os.path.abspath(os.path.expanduser(str(root)))
+        try:
+            st = os.stat(root)
+        except OSError as exc:
+            if problems is not None:
+                problems.append(WalkProblem(root, _reason(exc)))
+            continue
+        if not os.path.isdir(root):
+            if is_image_name(root) and root not in seen_files:
+                seen_files.add(root)
+                yield FoundFile(root, st.st_size, st.st_mtime_ns)
+            continue
+        yield from _walk_dir(root, include_hidden, seen_dirs, seen_files, problems)
+
+
+def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[FoundFile]:
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            st = os.stat(d)
+        except OSError as exc:
+            if problems is not None:
+                problems.append(WalkProblem(d, _reason(exc)))
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen_dirs:
+            continue
+        seen_dirs.add(key)
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            if problems is not None:
+                problems.append(WalkProblem(d, _reason(exc)))
+            continue
+        subdirs = []
+        for e in entries:
+            if not include_hidden and e.name.startswith("."):
+                continue
+            try:
+                if e.is_dir(follow_symlinks=True):
+                    subdirs.append(e.path)
+                elif e.is_file(follow_symlinks=True) and is_image_name(e.name):
+                    if e.path in seen_files:
+                        continue
+                    seen_files.add(e.path)
+                    est = e.stat(follow_symlinks=True)
+                    yield FoundFile(e.path, est.st_size, est.st_mtime_ns)
+            except OSError as exc:
+                if problems is not None:
+                    problems.append(WalkProblem(e.path, _reason(exc)))
+        stack.extend(reversed(subdirs))
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror.lower() if exc.strerror else str(exc)
+
+
+def under_any(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)

@@ -1,0 +1,1 @@
+"""Shared contracts of wherein: model specs, records and output schemas."""

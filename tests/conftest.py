@@ -1,0 +1,73 @@
+"""Shared fixtures: stand-in models (built once per session) and drawn test images."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw
+
+from wherein.indexer.standins import build_standin_models
+from wherein.indexer.standins.palette import rgb255
+
+BACKGROUND = (247, 247, 247)
+
+
+@pytest.fixture(scope="session")
+def standin_models(tmp_path_factory) -> Path:
+    return build_standin_models(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture()
+def env(standin_models, tmp_path, monkeypatch) -> dict[str, Path]:
+    """WHEREIN_MODELS / WHEREIN_INDEX pointed at stand-ins and a fresh index."""
+    index = tmp_path / "index"
+    monkeypatch.setenv("WHEREIN_MODELS", str(standin_models))
+    monkeypatch.setenv("WHEREIN_INDEX", str(index))
+    return {"models": standin_models, "index": index}
+
+
+def draw_shape(
+    path: Path,
+    colour: str,
+    size: tuple[int, int] = (320, 240),
+    box: tuple[float, float, float, float] = (0.15, 0.15, 0.85, 0.85),
+    shape: str = "rect",
+    background: tuple[int, int, int] = BACKGROUND,
+    **save_kwargs,
+) -> tuple[int, int, int, int]:
+    """Draw one shape of a palette colour; box is fractional. Returns the pixel box drawn."""
+    w, h = size
+    px = (round(box[0] * w), round(box[1] * h), round(box[2] * w) - 1, round(box[3] * h) - 1)
+    img = Image.new("RGB", size, background)
+    d = ImageDraw.Draw(img)
+    (d.ellipse if shape == "ellipse" else d.rectangle)(px, fill=rgb255(colour))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img.save(path, **save_kwargs)
+    return px
+
+
+@pytest.fixture()
+def shapes(tmp_path) -> Path:
+    """A folder of coloured-shape photos: 2 red, 2 blue, 1 green, 1 yellow, in mixed formats."""
+    root = tmp_path / "photos"
+    draw_shape(root / "red_square.jpg", "red", quality=95)
+    draw_shape(root / "red_disc.png", "red", size=(400, 300), shape="ellipse", box=(0.1, 0.1, 0.9, 0.9))
+    draw_shape(root / "blue_square.png", "blue")
+    draw_shape(root / "nested" / "blue_wide.webp", "blue", size=(480, 200), lossless=True)
+    draw_shape(root / "green.bmp", "green")
+    draw_shape(root / "nested" / "yellow.gif", "yellow", size=(200, 300))
+    return root
+
+
+def pytest_collection_modifyitems(config, items):
+    # Extras-only tests skip cleanly where their extra is not installed.
+    probes = {"convert": "litert_torch", "parity": "transformers", "scale": "ray"}
+    import importlib.util
+
+    for item in items:
+        for mark, module in probes.items():
+            if mark in item.keywords and importlib.util.find_spec(module) is None:
+                item.add_marker(pytest.mark.skip(reason=f"needs the [{mark}] extra ({module})"))
+    os.environ.setdefault("TQDM_DISABLE", "1")
