@@ -190,7 +190,8 @@ class Catalog:
         image_id = int(cur.lastrowid)
         if vector is not None:
             self.conn.execute(
-                "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)", (image_id, vector_to_blob(vector))
+                "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
+                (image_id, vector_to_blob(vector)),
             )
         self.conn.execute("DELETE FROM skipped WHERE path = ?", (record["path"],))
         return image_id
@@ -205,12 +206,15 @@ class Catalog:
     def relink(self, image_id: int, path: str, size: int, mtime_ns: int) -> None:
         self.conn.execute("DELETE FROM images WHERE path = ? AND id != ?", (path, image_id))
         self.conn.execute(
-            "UPDATE images SET path = ?, size = ?, mtime_ns = ? WHERE id = ?", (path, size, mtime_ns, image_id)
+            "UPDATE images SET path = ?, size = ?, mtime_ns = ? WHERE id = ?",
+            (path, size, mtime_ns, image_id),
         )
         self.conn.execute("DELETE FROM skipped WHERE path = ?", (path,))
 
     def touch(self, image_id: int, size: int, mtime_ns: int) -> None:
-        self.conn.execute("UPDATE images SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, image_id))
+        self.conn.execute(
+            "UPDATE images SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, image_id)
+        )
 
     def delete_images(self, ids: Iterable[int]) -> int:
         ids = [int(i) for i in ids]
@@ -225,7 +229,9 @@ class Catalog:
     def clear_embeddings(self) -> int:
         return self.conn.execute("DELETE FROM embeddings").rowcount
 
-    def record_skip(self, path: str, reason: str, size: int | None, mtime_ns: int | None, when: str) -> None:
+    def record_skip(
+        self, path: str, reason: str, size: int | None, mtime_ns: int | None, when: str
+    ) -> None:
         self.conn.execute(
             "INSERT INTO skipped(path, reason, size, mtime_ns, seen_at) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(path) DO UPDATE SET reason = excluded.reason, size = excluded.size, "
@@ -235,7 +241,9 @@ class Catalog:
         self.conn.execute("DELETE FROM images WHERE path = ?", (path,))
 
     def skipped(self) -> list[dict]:
-        cur = self.conn.execute("SELECT path, reason, size, mtime_ns, seen_at FROM skipped ORDER BY path")
+        cur = self.conn.execute(
+            "SELECT path, reason, size, mtime_ns, seen_at FROM skipped ORDER BY path"
+        )
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, r)) for r in cur]
 

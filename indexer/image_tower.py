@@ -35,7 +35,9 @@ class ImageTower:
         size = SIGLIP_IMAGE_SIZE
         for sig in self.graph.signatures.values():
             b = sig.batch
-            if sig.input_shapes != [(b, 3, size, size)] or sig.output_shapes != [(b, SIGLIP_EMBED_DIM)]:
+            if sig.input_shapes != [(b, 3, size, size)] or sig.output_shapes != [
+                (b, SIGLIP_EMBED_DIM)
+            ]:
                 raise ModelError(
                     f"{path.name}: signature {sig.key} is {sig.input_shapes} -> {sig.output_shapes}, "
                     f"expected [B,3,{size},{size}] -> [B,{SIGLIP_EMBED_DIM}]"

@@ -32,7 +32,28 @@ ImageFile.LOAD_TRUNCATED_IMAGES = False
 MAX_PIXELS = 178_956_970  # Pillow's default bomb limit; above it we refuse, not warn
 
 IMAGE_EXTENSIONS = frozenset(
-    ".jpg .jpeg .jpe .jfif .png .webp .gif .tif .tiff .bmp .dib .heic .heif .avif .ppm .pgm .pbm .tga .jp2 .j2k".split()
+    [
+        ".jpg",
+        ".jpeg",
+        ".jpe",
+        ".jfif",
+        ".png",
+        ".webp",
+        ".gif",
+        ".tif",
+        ".tiff",
+        ".bmp",
+        ".dib",
+        ".heic",
+        ".heif",
+        ".avif",
+        ".ppm",
+        ".pgm",
+        ".pbm",
+        ".tga",
+        ".jp2",
+        ".j2k",
+    ]
 )
 
 
@@ -52,7 +73,9 @@ def open_image(source: str | Path | bytes, draft_size: int | None = None) -> Ima
 _SWAPS_AXES = {5, 6, 7, 8}  # EXIF orientations that rotate by 90 degrees
 
 
-def decode(source: str | Path | bytes, draft_size: int | None = None) -> tuple[Image.Image, tuple[int, int]]:
+def decode(
+    source: str | Path | bytes, draft_size: int | None = None
+) -> tuple[Image.Image, tuple[int, int]]:
     """Decode to an RGB image in viewing orientation, plus the full-size (width, height) a viewer shows.
 
     draft_size lets libjpeg decode at 1/2..1/8 scale when the result stays at
@@ -67,7 +90,9 @@ def decode(source: str | Path | bytes, draft_size: int | None = None) -> tuple[I
             img = Image.open(io.BytesIO(data) if data is not None else source)
             w, h = img.size
             if w * h > MAX_PIXELS:
-                raise DecodeError(f"decompression bomb: {w}x{h} pixels exceeds the {MAX_PIXELS:,} limit")
+                raise DecodeError(
+                    f"decompression bomb: {w}x{h} pixels exceeds the {MAX_PIXELS:,} limit"
+                )
             if img.getexif().get(0x0112) in _SWAPS_AXES:
                 w, h = h, w
             if draft_size and img.format == "JPEG":

@@ -1,13 +1,13 @@
 """A models directory: layout, which files are real or stand-ins, and downloads.
 
-    MODELS/
-      siglip2-image/siglip2_base_224_fp16.tflite   litert-community/SigLIP2-base-patch16-224
-      siglip2-text/open_clip_config.json, open_clip_model.safetensors, tokenizer files
-                                                  timm/ViT-B-16-SigLIP2
-      clipseg/clipseg_{text,vision}_fp16.tflite, clipseg_decoder.tflite,
-              token_embedding_f16.bin, text_projection_f16.bin, vocab.json, merges.txt
-                                                  litert-community/CLIPSeg-rd64-LiteRT
-      STANDIN.json                                only in stand-in directories
+MODELS/
+  siglip2-image/siglip2_base_224_fp16.tflite   litert-community/SigLIP2-base-patch16-224
+  siglip2-text/open_clip_config.json, open_clip_model.safetensors, tokenizer files
+                                              timm/ViT-B-16-SigLIP2
+  clipseg/clipseg_{text,vision}_fp16.tflite, clipseg_decoder.tflite,
+          token_embedding_f16.bin, text_projection_f16.bin, vocab.json, merges.txt
+                                              litert-community/CLIPSeg-rd64-LiteRT
+  STANDIN.json                                only in stand-in directories
 """
 
 from __future__ import annotations

@@ -153,7 +153,12 @@ class Indexer:
                 todo.append(_Work(f, image_id))
                 continue
             skip = skipped_known.get(f.path)
-            if skip and not retry_skipped and skip["size"] == f.size and skip["mtime_ns"] == f.mtime_ns:
+            if (
+                skip
+                and not retry_skipped
+                and skip["size"] == f.size
+                and skip["mtime_ns"] == f.mtime_ns
+            ):
                 stats.skipped_known += 1
                 continue
             todo.append(_Work(f, None))
@@ -226,9 +231,15 @@ class Indexer:
                     if not window:
                         break
                     res = window.popleft().result()
-                    self._route(res, stats, gone_by_hash, embedded_by_hash, relinked, known, pending, quick)
+                    self._route(
+                        res, stats, gone_by_hash, embedded_by_hash, relinked, known, pending, quick
+                    )
                     due = time.perf_counter() - last_commit > self.commit_seconds
-                    if len(pending) >= self.commit_every or len(quick) >= 256 or (due and (pending or quick)):
+                    if (
+                        len(pending) >= self.commit_every
+                        or len(quick) >= 256
+                        or (due and (pending or quick))
+                    ):
                         commit()
                 commit()
             # Deletions last: only rows not re-linked by a move.
@@ -244,7 +255,9 @@ class Indexer:
             stats.vectors_note = self.store.ensure_vectors(persist=True)
         return stats
 
-    def _route(self, res, stats, gone_by_hash, embedded_by_hash, relinked, known, pending, quick) -> None:
+    def _route(
+        self, res, stats, gone_by_hash, embedded_by_hash, relinked, known, pending, quick
+    ) -> None:
         f = res.work.found
         if res.sha256 and res.work.old_id is not None:
             old = known.get(f.path)

@@ -1,9 +1,9 @@
 """An index directory: the SQLite catalog, the FAISS vectors, and the writer lock.
 
-    INDEX/
-      catalog.db (+ -wal, -shm)   source of truth (catalog.py)
-      vectors.faiss, vectors.json derived vectors, replaced atomically (vectors.py)
-      index.lock                  held by the one process that writes
+INDEX/
+  catalog.db (+ -wal, -shm)   source of truth (catalog.py)
+  vectors.faiss, vectors.json derived vectors, replaced atomically (vectors.py)
+  index.lock                  held by the one process that writes
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ class IndexStore:
         db = d / CATALOG_FILE
         if not db.is_file():
             if not create:
-                raise IndexError_(f"{d}: no wherein index here (run `wherein index PATH --index {d}` first)")
+                raise IndexError_(
+                    f"{d}: no wherein index here (run `wherein index PATH --index {d}` first)"
+                )
             d.mkdir(parents=True, exist_ok=True)
         lock_fd = None
         if write:

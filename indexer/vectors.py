@@ -36,7 +36,12 @@ class IndexChoice:
     nprobe: int = 0
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "factory": self.factory, "nlist": self.nlist, "nprobe": self.nprobe}
+        return {
+            "kind": self.kind,
+            "factory": self.factory,
+            "nlist": self.nlist,
+            "nprobe": self.nprobe,
+        }
 
 
 def choose_index(n: int, dim: int, memory_budget: int | None = None) -> IndexChoice:
@@ -188,8 +193,9 @@ class VectorIndex:
 
     def _rebuild(self, catalog: Catalog, choice: IndexChoice, dim: int) -> None:
         if dim == 0:
-            self.index, self.choice = new_index(IndexChoice("flat", "IDMap2,Flat"), 1), IndexChoice(
-                "flat", "IDMap2,Flat"
+            self.index, self.choice = (
+                new_index(IndexChoice("flat", "IDMap2,Flat"), 1),
+                IndexChoice("flat", "IDMap2,Flat"),
             )
             return
         index = new_index(choice, dim)

@@ -93,9 +93,7 @@ SIGLIP_TEXT = ModelSpec(
         "special_tokens_map.json",
         "tokenizer.model",
     ),
-    assets=(
-        AssetSpec("open_clip_config.json", None, "open_clip model config"),
-    ),
+    assets=(AssetSpec("open_clip_config.json", None, "open_clip model config"),),
 )
 
 _CLIPSEG_FEATURE = TensorSpec((1, CLIPSEG_TOKENS, CLIPSEG_WIDTH))

@@ -34,11 +34,15 @@ def cli() -> None:
 @click.option("--retry-skipped", is_flag=True, help="Try again files skipped in earlier runs.")
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="Decode threads.")
 @click.option("--threads", type=click.IntRange(1, 64), default=None, help="Model threads.")
-@click.option("--no-draft", is_flag=True, help="Decode JPEGs at full size (slower, same result within noise).")
+@click.option(
+    "--no-draft", is_flag=True, help="Decode JPEGs at full size (slower, same result within noise)."
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @json_option
 @friendly_errors
-def index(paths, index_dir, models_dir, hidden, retry_skipped, workers, threads, no_draft, quiet, as_json):
+def index(
+    paths, index_dir, models_dir, hidden, retry_skipped, workers, threads, no_draft, quiet, as_json
+):
     """Index the images under PATHS (incremental: re-run any time)."""
     from wherein.indexer import paths as P
     from wherein.indexer.image_tower import ImageTower
@@ -48,13 +52,22 @@ def index(paths, index_dir, models_dir, hidden, retry_skipped, workers, threads,
 
     models = ModelDir(P.models_dir(models_dir))
     if models.is_standin and not as_json:
-        click.secho(f"Using STAND-IN models from {models.root} (they only know colours).", fg="yellow", err=True)
+        click.secho(
+            f"Using STAND-IN models from {models.root} (they only know colours).",
+            fg="yellow",
+            err=True,
+        )
     tower = ImageTower.from_models(models, threads)
     with IndexStore.open(P.index_dir(index_dir), write=True, create=True) as store:
         indexer = Indexer(store, tower, workers=workers, draft=not no_draft)
         bar = _progress(quiet or as_json)
-        stats = indexer.run(list(paths), include_hidden=hidden, retry_skipped=retry_skipped,
-                            progress=bar.update, on_total=bar.reset)
+        stats = indexer.run(
+            list(paths),
+            include_hidden=hidden,
+            retry_skipped=retry_skipped,
+            progress=bar.update,
+            on_total=bar.reset,
+        )
         bar.close()
         total = store.catalog.count_embedded()
     result = {
@@ -88,7 +101,9 @@ def index(paths, index_dir, models_dir, hidden, retry_skipped, workers, threads,
         if stats.skipped:
             click.echo("  see `wherein status` for skipped files and reasons")
     if stats.interrupted:
-        click.echo("interrupted: everything committed so far is kept; run again to resume", err=True)
+        click.echo(
+            "interrupted: everything committed so far is kept; run again to resume", err=True
+        )
         sys.exit(130)
 
 
@@ -140,10 +155,15 @@ def status(index_dir, check, as_json):
     else:
         vi = info["vector_index"] or {}
         click.echo(f"index      {info['index']}")
-        click.echo(f"images     {info['images']}" + (f" ({info['pending']} pending)" if info["pending"] else ""))
+        click.echo(
+            f"images     {info['images']}"
+            + (f" ({info['pending']} pending)" if info["pending"] else "")
+        )
         click.echo(f"model      {info['model_file']} [{info['space']}, dim {info['dim']}]")
-        click.echo(f"vectors    {vi.get('kind', '-')} ({vi.get('factory', '-')}), {info['vectors_in_faiss']} in FAISS"
-                   + ("" if info["vectors_current"] else ", behind catalog (synced on next open)"))
+        click.echo(
+            f"vectors    {vi.get('kind', '-')} ({vi.get('factory', '-')}), {info['vectors_in_faiss']} in FAISS"
+            + ("" if info["vectors_current"] else ", behind catalog (synced on next open)")
+        )
         click.echo(f"disk       {human_bytes(info['disk_total_bytes'])}")
         click.echo(f"skipped    {info['skipped_count']}")
         for s in info["skipped"]:
@@ -166,7 +186,9 @@ def models() -> None:
 
 @models.command("pull")
 @models_option
-@click.option("--only", type=click.Choice(["siglip2-image", "siglip2-text", "clipseg"]), multiple=True)
+@click.option(
+    "--only", type=click.Choice(["siglip2-image", "siglip2-text", "clipseg"]), multiple=True
+)
 @friendly_errors
 def models_pull(models_dir, only):
     """Download the real models from the Hugging Face Hub (resumable)."""
@@ -200,7 +222,15 @@ def models_check(directory, models_dir, as_json):
 
 
 # Feature commands live in their own modules; each exposes register(cli).
-for _module in ("cli_search", "cli_mask", "cli_convert", "cli_serve", "cli_scale", "cli_curate", "cli_demo"):
+for _module in (
+    "cli_search",
+    "cli_mask",
+    "cli_convert",
+    "cli_serve",
+    "cli_scale",
+    "cli_curate",
+    "cli_demo",
+):
     try:
         _mod = importlib.import_module(f"wherein.search.{_module}")
     except ModuleNotFoundError as _exc:
@@ -211,4 +241,8 @@ for _module in ("cli_search", "cli_mask", "cli_convert", "cli_serve", "cli_scale
 
 
 def main() -> None:  # pragma: no cover
+    cli()
+
+
+if __name__ == "__main__":  # python -m wherein.search.cli
     cli()

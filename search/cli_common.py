@@ -77,9 +77,15 @@ def table(rows: list[dict], columns: list[str]) -> str:
         return ""
     cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    numeric = [all(isinstance(r.get(c), int | float) or r.get(c) is None for r in rows) for c in columns]
+    numeric = [
+        all(isinstance(r.get(c), int | float) or r.get(c) is None for r in rows) for c in columns
+    ]
+
     def line(vals):
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)
+        ).rstrip()
+
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 

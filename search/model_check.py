@@ -23,12 +23,29 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
     def add(model: str, file: str, expected: str, fn) -> None:
         try:
             found = fn()
-            rows.append({"model": model, "file": file, "expected": expected, "found": found, "status": "ok"})
+            rows.append(
+                {"model": model, "file": file, "expected": expected, "found": found, "status": "ok"}
+            )
         except WhereinError as exc:
-            rows.append({"model": model, "file": file, "expected": expected, "found": str(exc), "status": "FAIL"})
+            rows.append(
+                {
+                    "model": model,
+                    "file": file,
+                    "expected": expected,
+                    "found": str(exc),
+                    "status": "FAIL",
+                }
+            )
         except Exception as exc:  # a check must report, not crash
-            rows.append({"model": model, "file": file, "expected": expected,
-                         "found": f"{type(exc).__name__}: {exc}", "status": "FAIL"})
+            rows.append(
+                {
+                    "model": model,
+                    "file": file,
+                    "expected": expected,
+                    "found": f"{type(exc).__name__}: {exc}",
+                    "status": "FAIL",
+                }
+            )
 
     def image():
         from wherein.indexer.image_tower import ImageTower
@@ -50,6 +67,7 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
     add("siglip2-text", "open_clip_config.json", f"open_clip SigLIP, [n,{SIGLIP_EMBED_DIM}]", text)
 
     for g in CLIPSEG.graphs:
+
         def graph(g=g):
             path = md.require(CLIPSEG) / g.filename
             LiteRTGraph(path, 1).check(g)
@@ -57,6 +75,7 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
 
         add(CLIPSEG.key, g.filename, _io(g), graph)
     for a in CLIPSEG.assets:
+
         def asset(a=a):
             path = md.require(CLIPSEG) / a.filename
             if not path.is_file():
@@ -69,6 +88,13 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
         expected = f"{a.size_bytes:,} bytes" if a.size_bytes else "present"
         add(CLIPSEG.key, a.filename, expected, asset)
     if md.is_standin:
-        rows.append({"model": "note", "file": "STANDIN.json", "expected": "-",
-                     "found": "stand-in models (colour-only)", "status": "ok"})
+        rows.append(
+            {
+                "model": "note",
+                "file": "STANDIN.json",
+                "expected": "-",
+                "found": "stand-in models (colour-only)",
+                "status": "ok",
+            }
+        )
     return rows, all(r["status"] == "ok" for r in rows)

@@ -40,7 +40,9 @@ class TextTower:
         self.model = model
         self.space = space
         if getattr(model, "logit_bias", None) is None:
-            raise ModelError(f"{directory}: not a SigLIP model (no logit_bias for calibrated scores)")
+            raise ModelError(
+                f"{directory}: not a SigLIP model (no logit_bias for calibrated scores)"
+            )
         self.logit_scale = float(model.logit_scale.detach().exp())
         self.logit_bias = float(model.logit_bias.detach())
         self._lock = threading.Lock()

@@ -53,7 +53,9 @@ def shapes(tmp_path) -> Path:
     """A folder of coloured-shape photos: 2 red, 2 blue, 1 green, 1 yellow, in mixed formats."""
     root = tmp_path / "photos"
     draw_shape(root / "red_square.jpg", "red", quality=95)
-    draw_shape(root / "red_disc.png", "red", size=(400, 300), shape="ellipse", box=(0.1, 0.1, 0.9, 0.9))
+    draw_shape(
+        root / "red_disc.png", "red", size=(400, 300), shape="ellipse", box=(0.1, 0.1, 0.9, 0.9)
+    )
     draw_shape(root / "blue_square.png", "blue")
     draw_shape(root / "nested" / "blue_wide.webp", "blue", size=(480, 200), lossless=True)
     draw_shape(root / "green.bmp", "green")

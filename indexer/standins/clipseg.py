@@ -111,7 +111,9 @@ def decoder_module():
             hist = t3[:, 1:, :] @ self.fb.T  # [1, 484, K]
             score = (hist @ c.T).reshape(1, 1, GRID, GRID)
             logits = LOGIT_GAIN * (score - 0.5)
-            up = F.interpolate(logits, size=(CLIPSEG_IMAGE_SIZE, CLIPSEG_IMAGE_SIZE), mode="bilinear")
+            up = F.interpolate(
+                logits, size=(CLIPSEG_IMAGE_SIZE, CLIPSEG_IMAGE_SIZE), mode="bilinear"
+            )
             # t6/t9 stay live inputs of the graph (a converter drops unused ones).
             keep = 1e-6 * (t6[:, :1, :1] + t9[:, :1, :1]).reshape(1, 1, 1)
             return up[:, 0] + keep

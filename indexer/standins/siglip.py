@@ -45,7 +45,9 @@ def image_tower_module():
             self.assign.weight.data = torch.from_numpy(weight)
             self.assign.bias.data = torch.from_numpy(bias)
             self.register_buffer("global_dirs", torch.from_numpy(basis[: P.K].copy()))
-            self.register_buffer("spatial_dirs", torch.from_numpy(basis[P.K : P.K + N_SPATIAL].copy()))
+            self.register_buffer(
+                "spatial_dirs", torch.from_numpy(basis[P.K : P.K + N_SPATIAL].copy())
+            )
 
         def forward(self, x):
             a = torch.softmax(self.assign(x * 0.5 + 0.5), dim=1)
@@ -63,7 +65,13 @@ def text_config() -> dict:
             "embed_dim": SIGLIP_EMBED_DIM,
             "init_logit_bias": LOGIT_BIAS,
             "custom_text": True,
-            "vision_cfg": {"image_size": 32, "patch_size": 16, "width": 32, "layers": 1, "head_width": 16},
+            "vision_cfg": {
+                "image_size": 32,
+                "patch_size": 16,
+                "width": 32,
+                "layers": 1,
+                "head_width": 16,
+            },
             "text_cfg": {
                 "context_length": CONTEXT_LENGTH,
                 "vocab_size": 49408,
@@ -76,7 +84,11 @@ def text_config() -> dict:
                 "norm_kwargs": {"eps": 1e-6},
             },
         },
-        "preprocess_cfg": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "resize_mode": "squash"},
+        "preprocess_cfg": {
+            "mean": [0.5, 0.5, 0.5],
+            "std": [0.5, 0.5, 0.5],
+            "resize_mode": "squash",
+        },
     }
 
 
@@ -107,7 +119,9 @@ def write_text_tower(out_dir: Path) -> None:
     basis = torch.from_numpy(embedding_basis())
     # Colour word k: zero-mean pattern (+1, -1) on dims (2k, 2k+1), so LayerNorm keeps it.
     emb = torch.zeros(49408, W)
-    noise = torch.from_numpy(P.rng("text-noise").standard_normal((49408, TEXT_NOISE_DIMS)).astype(np.float32))
+    noise = torch.from_numpy(
+        P.rng("text-noise").standard_normal((49408, TEXT_NOISE_DIMS)).astype(np.float32)
+    )
     emb[:, 2 * P.K :] = noise - noise.mean(dim=1, keepdim=True)
     for k, tid in enumerate(colour_token_ids().values()):
         emb[tid] = 0
@@ -138,5 +152,8 @@ def write_text_tower(out_dir: Path) -> None:
         if key.startswith("visual."):
             sd[key] = value
     model.load_state_dict(sd)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out_dir / "open_clip_model.safetensors"))
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()},
+        str(out_dir / "open_clip_model.safetensors"),
+    )
     (out_dir / "open_clip_config.json").write_text(json.dumps(cfg, indent=2))

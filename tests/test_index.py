@@ -1,0 +1,326 @@
+"""The indexer end to end: incremental runs, bad input, model changes, locking."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from wherein.indexer.store import IndexStore
+from wherein.search.cli import cli
+
+from conftest import draw_shape
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def index_json(*paths: Path) -> dict:
+    code, out = run_cli("index", *map(str, paths), "--json")
+    assert code == 0, out
+    return json.loads(out[out.index("{") :])
+
+
+def status_json(check: bool = False) -> dict:
+    code, out = run_cli("status", "--json", *(["--check"] if check else []))
+    data = json.loads(out[out.index("{") :])
+    if check:
+        assert code == (0 if data["check"]["ok"] else 1)
+    return data
+
+
+def catalog_paths(index: Path) -> dict[str, int]:
+    with IndexStore.open(index) as store:
+        return {p: row[0] for p, row in store.catalog.known_files().items()}
+
+
+def vector_of(index: Path, path: Path) -> np.ndarray:
+    with IndexStore.open(index) as store:
+        image_id = store.catalog.known_files()[str(path)][0]
+        return store.catalog.vectors_for([image_id])[1][0]
+
+
+def test_index_and_status(env, shapes):
+    result = index_json(shapes)
+    assert result["embedded"] == 6 and result["images"] == 6 and result["skipped"] == 0
+    status = status_json(check=True)
+    assert status["images"] == 6
+    assert status["skipped"] == []
+    assert status["check"]["ok"]
+    assert status["vector_index"]["kind"] == "flat"
+    assert status["space"] == "wherein-standin-colour-v1"
+    # Nested folders are walked; every path is absolute.
+    assert all(os.path.isabs(p) for p in catalog_paths(env["index"]))
+    assert str(shapes / "nested" / "yellow.gif") in catalog_paths(env["index"])
+
+
+def test_rerun_embeds_nothing(env, shapes):
+    index_json(shapes)
+    again = index_json(shapes)
+    assert again["embedded"] == 0 and again["unchanged"] == 6 and again["images"] == 6
+
+
+def test_new_changed_moved_deleted(env, shapes):
+    index_json(shapes)
+    before = catalog_paths(env["index"])
+    red_vec = vector_of(env["index"], shapes / "red_square.jpg")
+
+    draw_shape(shapes / "new_green.png", "green")  # new
+    draw_shape(shapes / "red_square.jpg", "blue", quality=95)  # changed content, same path
+    (shapes / "blue_square.png").rename(shapes / "nested" / "moved_blue.png")  # moved
+    (shapes / "green.bmp").unlink()  # deleted
+    shutil.copyfile(shapes / "red_disc.png", shapes / "copy_of_red_disc.png")  # duplicate
+
+    r = index_json(shapes)
+    assert r["embedded"] == 2  # the new file and the changed one; nothing else
+    assert r["moved"] == 1 and r["deleted"] == 1 and r["copied"] == 1
+    after = catalog_paths(env["index"])
+    assert str(shapes / "green.bmp") not in after
+    assert str(shapes / "blue_square.png") not in after
+    # The moved file kept its row (and vector) instead of being re-embedded.
+    assert (
+        after[str(shapes / "nested" / "moved_blue.png")] == before[str(shapes / "blue_square.png")]
+    )
+    # The changed file got a new vector that follows its new colour.
+    new_vec = vector_of(env["index"], shapes / "red_square.jpg")
+    blue_vec = vector_of(env["index"], shapes / "nested" / "moved_blue.png")
+    assert float(new_vec @ blue_vec) > float(new_vec @ red_vec)
+    np.testing.assert_allclose(
+        vector_of(env["index"], shapes / "copy_of_red_disc.png"),
+        vector_of(env["index"], shapes / "red_disc.png"),
+    )
+    status = status_json(check=True)
+    assert status["images"] == 7 and status["vectors_in_faiss"] == 7
+
+
+def test_touch_without_change_is_not_reembedded(env, shapes):
+    index_json(shapes)
+    p = shapes / "green.bmp"
+    os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+    r = index_json(shapes)
+    assert r["embedded"] == 0 and r["touched"] == 1
+
+
+def test_indexing_two_roots_separately_keeps_both(env, shapes, tmp_path):
+    other = tmp_path / "other"
+    draw_shape(other / "purple.png", "purple")
+    index_json(shapes)
+    index_json(other)  # must not delete what lies under `shapes`
+    assert status_json()["images"] == 7
+
+
+def _png_with_size(path: Path, width: int, height: int) -> None:
+    """A tiny PNG whose header claims width x height pixels (a decompression bomb)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    data = zlib.compress(b"\x00" * 4)
+    idat = b"IDAT" + data
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + struct.pack(">I", len(ihdr))
+        + chunk
+        + struct.pack(">I", zlib.crc32(chunk))
+        + struct.pack(">I", len(data))
+        + idat
+        + struct.pack(">I", zlib.crc32(idat))
+        + struct.pack(">I", 0)
+        + b"IEND"
+        + struct.pack(">I", zlib.crc32(b"IEND"))
+    )
+    path.write_bytes(png)
+
+
+def test_bad_files_are_skipped_with_reasons(env, shapes):
+    good = shapes / "red_square.jpg"
+    data = good.read_bytes()
+    (shapes / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    (shapes / "empty.png").write_bytes(b"")
+    (shapes / "text.jpg").write_text("this is not a picture")
+    (shapes / "garbage.webp").write_bytes(os.urandom(2048))
+    _png_with_size(shapes / "bomb.png", 40_000, 40_000)
+    (shapes / "notes.txt").write_text("not an image name: ignored, not skipped")
+
+    code, out = run_cli("index", str(shapes), "--json")
+    assert code == 0, out  # a run that finished with skips succeeds
+    r = json.loads(out[out.index("{") :])
+    assert r["embedded"] == 6 and r["skipped"] == 5
+    reasons = {Path(s["path"]).name: s["reason"] for s in status_json()["skipped"]}
+    assert set(reasons) == {"truncated.jpg", "empty.png", "text.jpg", "garbage.webp", "bomb.png"}
+    assert "truncated" in reasons["truncated.jpg"]
+    assert reasons["empty.png"] == "empty file"
+    assert "not an image" in reasons["text.jpg"]
+    assert "decompression bomb" in reasons["bomb.png"]
+    # Known-bad files are not retried until they change; the good ones stay indexed.
+    again = index_json(shapes)
+    assert again["skipped"] == 0 and again["skipped_earlier"] == 5 and again["images"] == 6
+    # A skipped file that gets fixed is indexed on the next run and leaves the skip list.
+    draw_shape(shapes / "text.jpg", "orange")
+    fixed = index_json(shapes)
+    assert fixed["embedded"] == 1
+    assert "text.jpg" not in {Path(s["path"]).name for s in status_json()["skipped"]}
+
+
+def test_unreadable_file_is_skipped(env, shapes, monkeypatch):
+    import builtins
+
+    blocked = str(shapes / "green.bmp")
+    real_open = builtins.open
+
+    def fake_open(file, *args, **kwargs):
+        if str(file) == blocked:
+            raise PermissionError(13, "Permission denied", blocked)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    r = index_json(shapes)
+    assert r["skipped"] == 1 and r["embedded"] == 5
+    [skip] = status_json()["skipped"]
+    assert skip["path"] == blocked and "permission denied" in skip["reason"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_permission_denied_file_real(env, shapes):
+    p = shapes / "green.bmp"
+    p.chmod(0)
+    try:
+        r = index_json(shapes)
+    finally:
+        p.chmod(0o644)
+    assert r["skipped"] == 1
+
+
+def test_image_modes_and_formats_are_indexed(env, tmp_path):
+    from PIL import Image
+
+    root = tmp_path / "modes"
+    root.mkdir()
+    rgb = Image.new("RGB", (64, 48), (220, 30, 30))
+    rgb.convert("CMYK").save(root / "cmyk.jpg")
+    rgb.convert("P").save(root / "palette.png", transparency=0)
+    rgb.convert("LA").save(root / "la.png")
+    rgb.convert("RGBA").save(root / "rgba.png")
+    Image.fromarray(np.full((48, 64), 40000, np.uint16)).save(root / "sixteen.png")
+    rgb.save(root / "tiff.tiff")
+    frames = [rgb, Image.new("RGB", (64, 48), (30, 30, 220))]
+    frames[0].save(root / "anim.gif", save_all=True, append_images=frames[1:])
+    expected = 7
+    for ext in ("avif", "heic"):
+        try:
+            rgb.save(root / f"photo.{ext}")
+            expected += 1
+        except (KeyError, OSError, ValueError):
+            pass  # no encoder in this Pillow build; decoding is what the indexer needs
+    r = index_json(root)
+    assert r["skipped"] == 0 and r["embedded"] == expected
+
+
+def test_exif_orientation_is_applied(env, tmp_path):
+    from PIL import Image
+
+    root = tmp_path / "exif"
+    root.mkdir()
+    img = Image.new("RGB", (300, 100), (220, 30, 30))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to view
+    img.save(root / "rotated.jpg", exif=exif.tobytes())
+    index_json(root)
+    with IndexStore.open(env["index"]) as store:
+        row = store.catalog.rows_by_ids([1])[1]
+    assert (row["width"], row["height"]) == (100, 300)  # as a viewer shows it
+
+
+def test_hidden_files_skipped_and_symlink_loops_end(env, shapes):
+    draw_shape(shapes / ".hidden" / "secret.png", "purple")
+    draw_shape(shapes / ".dotfile.png", "purple")
+    (shapes / "nested" / "loop").symlink_to(shapes, target_is_directory=True)
+    r = index_json(shapes)
+    assert r["embedded"] == 6
+    code, out = run_cli("index", str(shapes), "--hidden", "--json")
+    assert json.loads(out[out.index("{") :])["embedded"] == 2
+
+
+def test_model_change_invalidates_vectors(env, shapes, tmp_path, monkeypatch):
+    index_json(shapes)
+    other = tmp_path / "other-models"
+    shutil.copytree(env["models"], other)
+    marker = other / "STANDIN.json"
+    info = json.loads(marker.read_text())
+    info["space"] = "another-space"
+    marker.write_text(json.dumps(info))
+    monkeypatch.setenv("WHEREIN_MODELS", str(other))
+    r = index_json(shapes)
+    assert r["invalidated"] == 6 and r["embedded"] == 6
+    status = status_json(check=True)
+    assert status["space"] == "another-space" and status["images"] == 6
+
+
+def test_missing_models_is_one_line_error(env, shapes, tmp_path):
+    code, out = run_cli("index", str(shapes), "--models", str(tmp_path / "nowhere"))
+    assert code == 1
+    assert out.strip().startswith("Error:") and len(out.strip().splitlines()) == 1
+    assert "models pull" in out
+
+
+def test_missing_path_is_reported_not_fatal(env, shapes, tmp_path):
+    code, out = run_cli("index", str(shapes), str(tmp_path / "missing"), "--json")
+    assert code == 0
+    r = json.loads(out[out.index("{") :])
+    assert r["embedded"] == 6 and r["problems"][0]["path"].endswith("missing")
+
+
+def test_second_writer_is_refused(env, shapes):
+    index_json(shapes)
+    with IndexStore.open(env["index"], write=True):
+        code, out = run_cli("index", str(shapes))
+    assert code == 1 and "another wherein process" in out
+
+
+def test_status_without_index_is_clear_error(env):
+    code, out = run_cli("status")
+    assert code == 1 and "no wherein index" in out
+
+
+def test_check_detects_and_repairs_stale_vectors(env, shapes):
+    index_json(shapes)
+    # Simulate a crash after a catalog commit but before the vectors were saved.
+    (env["index"] / "vectors.faiss").unlink()
+    status = status_json(check=True)
+    assert status["check"]["ok"] and status["check"]["repaired"]
+    assert (env["index"] / "vectors.faiss").exists()
+
+
+def test_check_fails_on_inconsistency(env, shapes):
+    index_json(shapes)
+    # Corrupt the catalog behind the store's back: an embedding with a bad dimension.
+    with IndexStore.open(env["index"], write=True) as store, store.catalog.transaction() as conn:
+        conn.execute("UPDATE embeddings SET vector = zeroblob(12) WHERE image_id = 1")
+    code, out = run_cli("status", "--check")
+    assert code == 1 and "not 768-dimensional" in out
+
+
+def test_index_and_status_do_not_import_torch(env, shapes):
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from wherein.search.cli import cli\n"
+        f"r = CliRunner().invoke(cli, ['index', {str(shapes)!r}, '-q'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "r = CliRunner().invoke(cli, ['status'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "False"
