@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from wherein.indexer.standins.palette import rgb255
 from wherein.indexer.store import IndexStore
 from wherein.search.cli import cli
 
@@ -226,18 +227,32 @@ def test_image_modes_and_formats_are_indexed(env, tmp_path):
 
 
 def test_exif_orientation_is_applied(env, tmp_path):
-    from PIL import Image
+    from PIL import Image, ImageDraw
 
     root = tmp_path / "exif"
     root.mkdir()
-    img = Image.new("RGB", (300, 100), (220, 30, 30))
+    # Stored: red left half, blue right half. EXIF 6 (rotate 90 clockwise) shows a
+    # viewer red on top, blue below — which is what must be embedded.
+    stored = Image.new("RGB", (300, 100), rgb255("red"))
+    ImageDraw.Draw(stored).rectangle([150, 0, 299, 99], fill=rgb255("blue"))
     exif = Image.Exif()
-    exif[0x0112] = 6  # rotate 90 degrees clockwise to view
-    img.save(root / "rotated.jpg", exif=exif.tobytes())
+    exif[0x0112] = 6
+    stored.save(root / "rotated.jpg", exif=exif.tobytes(), quality=95)
+    viewed = Image.new("RGB", (100, 300), rgb255("red"))
+    ImageDraw.Draw(viewed).rectangle([0, 150, 99, 299], fill=rgb255("blue"))
+    viewed.save(root / "as_viewed.jpg", quality=95)
+    stored.save(root / "unrotated.jpg", quality=95)
     index_json(root)
     with IndexStore.open(env["index"]) as store:
-        row = store.catalog.rows_by_ids([1])[1]
-    assert (row["width"], row["height"]) == (100, 300)  # as a viewer shows it
+        known = store.catalog.known_files()
+        row = store.catalog.rows_by_ids([known[str(root / "rotated.jpg")][0]])
+    assert (
+        row[known[str(root / "rotated.jpg")][0]]["width"],
+        row[known[str(root / "rotated.jpg")][0]]["height"],
+    ) == (100, 300)
+    rotated = vector_of(env["index"], root / "rotated.jpg")
+    assert float(rotated @ vector_of(env["index"], root / "as_viewed.jpg")) > 0.99
+    assert float(rotated @ vector_of(env["index"], root / "unrotated.jpg")) < 0.95
 
 
 def test_hidden_files_skipped_and_symlink_loops_end(env, shapes):
