@@ -10,6 +10,15 @@ def index_status(store: IndexStore) -> dict:
     vec = store.vectors
     skipped = [{"path": s["path"], "reason": s["reason"]} for s in cat.skipped()]
     usage = store.disk_usage()
+    if vec.index is not None:
+        choice = vec.choice.as_dict() if vec.choice else None
+        in_faiss, current = vec.ntotal, vec.is_current(cat)
+    else:  # opened without loading FAISS (status): the sidecar describes it
+        side = vec.sidecar() or {}
+        choice, in_faiss = side.get("index"), side.get("count", 0)
+        current = side.get("generation") == cat.generation and side.get("model_id") == cat.get_meta(
+            "model_id"
+        )
     return {
         "index": str(store.dir),
         "images": cat.count_embedded(),
@@ -22,9 +31,9 @@ def index_status(store: IndexStore) -> dict:
         "space": cat.get_meta("space"),
         "dim": cat.get_meta("dim"),
         "generation": cat.generation,
-        "vector_index": vec.choice.as_dict() if vec.choice else None,
-        "vectors_in_faiss": vec.ntotal,
-        "vectors_current": vec.is_current(cat),
+        "vector_index": choice,
+        "vectors_in_faiss": in_faiss,
+        "vectors_current": current,
         "disk_bytes": usage,
         "disk_total_bytes": sum(usage.values()),
     }

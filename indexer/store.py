@@ -49,7 +49,13 @@ class IndexStore:
         return self._lock_fd is not None
 
     @classmethod
-    def open(cls, directory: str | Path, write: bool = False, create: bool = False) -> IndexStore:
+    def open(
+        cls,
+        directory: str | Path,
+        write: bool = False,
+        create: bool = False,
+        load_vectors: bool = True,
+    ) -> IndexStore:
         d = Path(directory)
         db = d / CATALOG_FILE
         if not db.is_file():
@@ -73,7 +79,8 @@ class IndexStore:
                 os.close(lock_fd)
             raise IndexError_(f"{db}: cannot open catalog ({exc})") from exc
         store = cls(d, catalog, lock_fd)
-        store.vectors.load()
+        if load_vectors:
+            store.vectors.load()
         return store
 
     def ensure_vectors(self, persist: bool | None = None) -> str:

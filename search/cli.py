@@ -134,14 +134,17 @@ class _progress:
 def status(index_dir, check, as_json):
     """Counts, model, index type and size, skipped files."""
     from wherein.indexer import paths as P
+    from wherein.indexer.errors import IndexError_
     from wherein.indexer.status import index_status
     from wherein.indexer.store import IndexStore
 
     d = P.index_dir(index_dir)
     try:
-        store = IndexStore.open(d, write=check)
-    except Exception:
-        if check:  # another writer holds the lock: check read-only
+        store = IndexStore.open(d, write=check, load_vectors=check)
+    except IndexError_ as exc:
+        if check and "another wherein process" in str(
+            exc
+        ):  # a writer holds the lock: check read-only
             store = IndexStore.open(d)
         else:
             raise
