@@ -1,0 +1,458 @@
+"""Search an index from Python; the `wherein search` command is a thin layer over this.
+
+    from wherein.search.api import open_index, Query
+
+    with open_index() as searcher:            # index/models dirs: args > env > per-user dirs
+        hits = searcher.search("red car - people", k=20)
+        hits = searcher.search(Query.parse("beach").like("ref.jpg"), min_probability=0.3,
+                               under="~/Photos/2024", glob="*.jpg", sort="date")
+        for h in hits:
+            print(h.rank, h.score, h.probability, h.path, h.exists)
+
+``search`` accepts a ``Query`` (see wherein.search.query for the algebra and for
+what ``score``/``probability`` mean) or a query string. Selection:
+
+- ``k``: at most k hits (default 10; unlimited when a threshold is given);
+- ``min_probability``: every hit whose calibrated probability is >= P (all of
+  them, not a top-k: a FAISS range search at the cosine
+  ``TextTower.cosine_for_probability(P)``); needs a text term;
+- ``min_score``: every hit whose cosine with the full query is >= S;
+- ``under`` / ``glob``: only paths below these folders / matching these
+  patterns (a pattern without "/" matches the file name, one with "/" the
+  path; case-insensitive). They become a FAISS IDSelector, so a filtered
+  search still returns k hits when k images match;
+- ``sort``: "score" (default), "date" (newest first), "path", "size"
+  (largest first), applied after the cut; ``reverse`` flips it. ``rank`` stays
+  the relevance rank.
+
+Scores are exact: candidates from an approximate (IVF-SQ8) index are re-scored
+against the catalog's float32 vectors. Hits whose file is gone carry
+``exists=False`` (stale entries; re-run `wherein index` to drop them).
+``Searcher.last_timings`` holds the split of the last search (sync, encode, ann, join, total; ms).
+The text tower loads on the first text query, the image tower on the first
+``--like`` of a file that is not in the index; both once per process.
+
+A Searcher may be shared between threads (a web app's workers).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from wherein.indexer import paths as P
+from wherein.indexer.errors import IndexError_, ModelError, WhereinError
+from wherein.indexer.modeldir import ModelDir
+from wherein.indexer.store import IndexStore
+from wherein.schemas.models import SIGLIP_IMAGE_SIZE, SIGLIP_PROMPT_TEMPLATE
+from wherein.schemas.records import Hit
+from wherein.search.query import Query, QueryError, Term
+
+__all__ = ["Hit", "Query", "QueryError", "QueryVectors", "Searcher", "SORT_KEYS", "add_masks", "open_index"]
+
+SORT_KEYS = ("score", "date", "path", "size")
+DEFAULT_K = 10
+# Approximate (SQ8) scores can be off by ~1e-3; widen the range search by this
+# much, then cut on exact scores.
+_APPROX_MARGIN = 0.01
+
+
+@dataclass(frozen=True)
+class QueryVectors:
+    full: np.ndarray  # [dim] unit: ranks hits (score)
+    text: np.ndarray | None  # [dim] unit: the text part, for probability; None without text
+
+
+def open_index(
+    index_dir: str | Path | None = None,
+    models_dir: str | Path | None = None,
+    template: str | None = SIGLIP_PROMPT_TEMPLATE,
+) -> Searcher:
+    """Open an index for searching (read-only). Directories: argument > env > per-user default.
+
+    template: how a text term becomes the prompt the text tower sees ("{}" is
+    the term); SigLIP 2's own "This is a photo of {}." by default, None for raw text.
+    """
+    store = IndexStore.open(P.index_dir(index_dir))
+    return Searcher(store, ModelDir(P.models_dir(models_dir)), template)
+
+
+class Searcher:
+    def __init__(self, store: IndexStore, models: ModelDir, template: str | None = SIGLIP_PROMPT_TEMPLATE) -> None:
+        self.store = store
+        self.models = models
+        self.template = template
+        self.last_timings: dict[str, float] = {}
+        self._image_tower = None
+        self._lock = threading.RLock()
+
+    # -- lifecycle ------------------------------------------------------------
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- what the index holds --------------------------------------------------
+    @property
+    def count(self) -> int:
+        """Searchable images (the FAISS copy, in line with the catalog after a search)."""
+        return self.store.vectors.ntotal
+
+    @property
+    def space(self) -> str | None:
+        return self.store.catalog.get_meta("space")
+
+    @property
+    def dim(self) -> int:
+        return int(self.store.catalog.get_meta("dim", 0) or 0)
+
+    @property
+    def index_kind(self) -> str | None:
+        choice = self.store.vectors.choice
+        return choice.kind if choice else None
+
+    # -- models (lazy) ---------------------------------------------------------
+    @property
+    def text_tower(self):
+        from wherein.search.text_tower import load_text_tower
+
+        return load_text_tower(str(self.models.root))
+
+    @property
+    def image_tower(self):
+        if self._image_tower is None:
+            from wherein.indexer.image_tower import ImageTower
+
+            self._image_tower = ImageTower.from_models(self.models)
+        return self._image_tower
+
+    def probability(self, cosine) -> np.ndarray:
+        return self.text_tower.probability(cosine)
+
+    # -- query vectors -------------------------------------------------------------
+    def check_space(self) -> None:
+        """The query side (models dir) must embed into the index's space."""
+        space = self.space
+        if space is not None and space != self.models.space:
+            raise ModelError(
+                f"the index was built in embedding space {space!r} but {self.models.root} holds "
+                f"{self.models.space!r} models: point --models / WHEREIN_MODELS at the models used "
+                f"for indexing, or re-index with these"
+            )
+
+    def embed_query(self, query: Query | str) -> QueryVectors:
+        """Unit vectors for a query: the full combination and its text part."""
+        q = Query.parse(query) if isinstance(query, str) else query
+        q.validate()
+        self.check_space()
+        dim = self.dim
+        parts: list[np.ndarray] = []
+        weights: list[float] = []
+        text_terms = q.text_terms
+        if text_terms:
+            prompts = [self.prompt(t.value) for t in text_terms]
+            vecs = self.text_tower.encode(prompts)
+            _check_dim(vecs.shape[1], dim, "text tower")
+            parts.extend(_unit(vecs))
+            weights.extend(t.weight for t in text_terms)
+        text = _combine(parts, weights) if parts else None
+        if text_terms and text is None:
+            raise QueryError(f"the text terms of {str(q)!r} cancel out")
+        for t in q.image_terms:
+            v = self._embed_image(t)
+            _check_dim(v.shape[0], dim, "image tower")
+            parts.append(v)
+            weights.append(t.weight)
+        full = _combine(parts, weights)
+        if full is None:
+            raise QueryError(f"the terms of {str(q)!r} cancel out: nothing left to search for")
+        return QueryVectors(full, text)
+
+    def prompt(self, text: str) -> str:
+        if not self.template:
+            return text
+        return self.template.format(text.strip().rstrip(".!?;,").strip())
+
+    def _embed_image(self, term: Term) -> np.ndarray:
+        path = Path(term.value).expanduser()
+        if not path.is_file():
+            raise QueryError(f"{term.value}: no such image file (--like)")
+        stored = self._indexed_vector(path)
+        if stored is not None:
+            return stored  # already embedded: no need to load the image tower
+        from wherein.indexer.imaging import DecodeError, decode, siglip_input
+
+        try:
+            img, _ = decode(path, SIGLIP_IMAGE_SIZE)
+        except DecodeError as exc:
+            raise QueryError(f"{term.value}: {exc}") from None
+        tower = self.image_tower
+        if tower.space != self.models.space:  # pragma: no cover - same ModelDir
+            raise ModelError(f"image tower space {tower.space!r} != {self.models.space!r}")
+        return _unit(tower.embed(siglip_input(img)[None]))[0]
+
+    def _indexed_vector(self, path: Path) -> np.ndarray | None:
+        """The catalog's vector for this file when it is indexed and unchanged."""
+        st = path.stat()
+        with self._lock:
+            row = self.store.catalog.conn.execute(
+                "SELECT id, size, mtime_ns FROM images WHERE path = ?", (os.path.abspath(path),)
+            ).fetchone()
+            if row is None or row[1] != st.st_size or row[2] != st.st_mtime_ns:
+                return None
+            ids, vecs = self.store.catalog.vectors_for([row[0]])
+        return _unit(vecs)[0] if len(ids) else None
+
+    # -- search ---------------------------------------------------------------------
+    def search(
+        self,
+        query: Query | str,
+        k: int | None = None,
+        min_probability: float | None = None,
+        min_score: float | None = None,
+        under: str | Path | Sequence[str | Path] | None = None,
+        glob: str | Sequence[str] | None = None,
+        sort: str = "score",
+        reverse: bool = False,
+        check_exists: bool = True,
+    ) -> list[Hit]:
+        """Hits for a query; see the module docstring for the selection rules."""
+        if sort not in SORT_KEYS:
+            raise QueryError(f"unknown sort key {sort!r} (choose from {', '.join(SORT_KEYS)})")
+        if k is not None and k < 1:
+            raise QueryError("k must be at least 1")
+        if min_probability is not None and not 0.0 < min_probability < 1.0:
+            raise QueryError("--min-probability must be between 0 and 1 (exclusive)")
+        if min_score is not None and not -1.0 <= min_score <= 1.0:
+            raise QueryError("--min-score is a cosine: between -1 and 1")
+        q = Query.parse(query) if isinstance(query, str) else query
+        if min_probability is not None and not q.has_text:
+            raise QueryError("--min-probability needs a text term (image-only queries have no calibrated "
+                             "probability); use --min-score")
+        t0 = time.perf_counter()
+        with self._lock:
+            self.store.ensure_vectors(persist=False)  # cheap when current; catches up after a crash
+            empty = self.store.vectors.ntotal == 0  # not count(*): that scans the vector blobs
+        if empty:
+            q.validate()
+            self.last_timings = {"sync_ms": 0.0, "encode_ms": 0.0, "ann_ms": 0.0, "join_ms": 0.0, "total_ms": 0.0}
+            return []
+        t_sync = time.perf_counter()
+        qv = self.embed_query(q)
+        t1 = time.perf_counter()
+        with self._lock:
+            allowed = self._filter_ids(under, glob)
+            ids = self._candidates(qv, k, min_probability, min_score, allowed)
+            t2 = time.perf_counter()
+            hits = self._join(qv, ids, k, min_probability, min_score, check_exists)
+        _sort(hits, sort, reverse)
+        t3 = time.perf_counter()
+        self.last_timings = {
+            "sync_ms": (t_sync - t0) * 1e3,
+            "encode_ms": (t1 - t_sync) * 1e3,
+            "ann_ms": (t2 - t1) * 1e3,
+            "join_ms": (t3 - t2) * 1e3,
+            "total_ms": (t3 - t0) * 1e3,
+        }
+        return hits
+
+    # -- internals ----------------------------------------------------------------------
+    def _filter_ids(self, under, glob) -> np.ndarray | None:
+        """Catalog ids passing --under/--glob; None when there is no filter."""
+        unders = _as_list(under)
+        globs = _as_list(glob)
+        if not unders and not globs:
+            return None
+        sql = "SELECT i.id, i.path FROM images i JOIN embeddings e ON e.image_id = i.id"
+        args: list[str] = []
+        if unders:
+            conds = []
+            for u in unders:
+                base = os.path.abspath(os.path.expanduser(str(u))).rstrip(os.sep)
+                conds.append("(i.path = ? OR i.path LIKE ? ESCAPE '\\')")
+                args += [base, _like_escape(base + os.sep) + "%"]
+            sql += " WHERE " + " OR ".join(conds)
+        rows = self.store.catalog.conn.execute(sql, args).fetchall()
+        if globs:
+            matchers = [_glob_matcher(g) for g in globs]
+            rows = [r for r in rows if any(m(r[1]) for m in matchers)]
+        return np.array(sorted(r[0] for r in rows), dtype=np.int64)
+
+    def _candidates(self, qv: QueryVectors, k, min_probability, min_score, allowed) -> np.ndarray:
+        """Candidate ids from FAISS (a superset of the final cut when scores are approximate)."""
+        import faiss
+
+        index = self.store.vectors.index
+        choice = self.store.vectors.choice
+        if index is None or index.ntotal == 0 or (allowed is not None and len(allowed) == 0):
+            return np.zeros(0, dtype=np.int64)
+        approx = choice is not None and choice.kind != "flat"
+        selector = faiss.IDSelectorBatch(allowed) if allowed is not None else None
+        nprobe = choice.nprobe if choice is not None else 0
+        threshold = None
+        if min_probability is not None:
+            threshold = (qv.text, self.text_tower.cosine_for_probability(min_probability))
+        elif min_score is not None:
+            threshold = (qv.full, float(min_score))
+        if threshold is not None:
+            vec, cos = threshold
+            radius = cos - _APPROX_MARGIN if approx else cos
+            # "All matches" is a promise: an IVF range search probes every list (a scan of
+            # the 1-byte codes, still 4x less memory traffic than Flat), not just nprobe.
+            # FAISS keeps scores > radius; nudge so == counts as a match.
+            _, _, ids = index.range_search(vec[None].astype(np.float32), np.nextafter(radius, -2.0),
+                                           params=_params(selector, choice.nlist if nprobe else 0))
+            return np.unique(ids.astype(np.int64))
+        want = k or DEFAULT_K
+        available = index.ntotal if allowed is None else len(allowed)
+        # Approximate scores: over-fetch, the exact re-scoring in _join picks the true top k.
+        fetch = min(available, want * 4 if approx else want)
+        while True:
+            _, ids = index.search(qv.full[None].astype(np.float32), max(1, fetch), params=_params(selector, nprobe))
+            got = ids[0][ids[0] >= 0]
+            # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
+            if len(got) >= min(want, available) or not nprobe or nprobe >= choice.nlist:
+                return got.astype(np.int64)
+            nprobe = min(choice.nlist, nprobe * 4)
+
+    def _join(self, qv: QueryVectors, ids: np.ndarray, k, min_probability, min_score, check_exists) -> list[Hit]:
+        """Exact scores from the catalog's vectors, the cut, then catalog rows -> Hits."""
+        if len(ids) == 0:
+            return []
+        cat = self.store.catalog
+        got, vecs = cat.vectors_for(ids)
+        if len(got) == 0:
+            return []
+        vecs = _unit(vecs)
+        scores = vecs @ qv.full
+        text_cos = vecs @ qv.text if qv.text is not None else None
+        probs = self.text_tower.probability(text_cos) if text_cos is not None else None
+        keep = np.ones(len(got), dtype=bool)
+        if min_probability is not None and text_cos is not None:
+            keep &= text_cos >= self.text_tower.cosine_for_probability(min_probability) - 1e-7
+        if min_score is not None:
+            keep &= scores >= min_score - 1e-7
+        order = [i for i in np.lexsort((got, -scores)) if keep[i]]  # by score, ties by id: stable output
+        limit = k if k is not None else (None if (min_probability is not None or min_score is not None) else DEFAULT_K)
+        if limit is not None:
+            order = order[:limit]
+        rows = cat.rows_by_ids(got[order])
+        hits: list[Hit] = []
+        for i in order:
+            row = rows.get(int(got[i]))
+            if row is None:  # deleted between the vector read and now
+                continue
+            hits.append(
+                Hit(
+                    rank=len(hits) + 1,
+                    path=row["path"],
+                    score=float(scores[i]),
+                    probability=float(probs[i]) if probs is not None else None,
+                    width=row["width"],
+                    height=row["height"],
+                    id=int(row["id"]),
+                    size=row["size"],
+                    mtime=_iso(row["mtime_ns"]),
+                    indexed_at=row["indexed_at"],
+                    sha256=row["sha256"],
+                    format=row["format"],
+                    exists=os.path.exists(row["path"]) if check_exists else True,
+                    mtime_ns=row["mtime_ns"],
+                )
+            )
+        return hits
+
+
+def add_masks(
+    hits: list[Hit], prompt: str, out_dir: Path, models_root: Path, min_mask_area: float | None = None
+) -> list[Hit]:
+    """Hand hits to the mask feature (wherein.search.masking) when it is installed."""
+    try:
+        from wherein.search.masking import add_masks_to_hits
+    except ModuleNotFoundError as exc:
+        if exc.name != "wherein.search.masking":
+            raise
+        raise WhereinError("masks are not available in this build (wherein.search.masking is missing)") from None
+    return add_masks_to_hits(hits, prompt, out_dir, models_root, min_mask_area)
+
+
+def _params(selector, nprobe: int):
+    import faiss
+
+    if nprobe:
+        return faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
+    return faiss.SearchParameters(sel=selector) if selector is not None else None
+
+
+def _check_dim(got: int, want: int, what: str) -> None:
+    if want and got != want:
+        raise IndexError_(f"the {what} gives {got}-dimensional vectors but the index holds {want}-dimensional "
+                          f"ones: the models do not match the index (re-index, or use the matching --models)")
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float32)
+    return v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+
+
+def _combine(parts: list[np.ndarray], weights: list[float]) -> np.ndarray | None:
+    v = np.zeros_like(parts[0], dtype=np.float64)
+    for p, w in zip(parts, weights, strict=True):
+        v += w * p
+    n = np.linalg.norm(v)
+    if n < 1e-6:
+        return None
+    return (v / n).astype(np.float32)
+
+
+def _as_list(v) -> list:
+    if v is None:
+        return []
+    if isinstance(v, str | Path):
+        return [v]
+    return [x for x in v if x]
+
+
+def _like_escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _glob_matcher(pattern: str):
+    """No "/": match the file name; with "/": the path (relative patterns match a tail)."""
+    pat = os.path.expanduser(pattern).lower()
+    if "/" not in pat:
+        return lambda path: fnmatch.fnmatchcase(os.path.basename(path).lower(), pat)
+    if not pat.startswith("/"):
+        pat = "*/" + pat
+    return lambda path: fnmatch.fnmatchcase(path.lower(), pat)
+
+
+def _iso(mtime_ns: int | None) -> str | None:
+    if mtime_ns is None:
+        return None
+    t = datetime.fromtimestamp(mtime_ns / 1e9, tz=UTC)
+    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _sort(hits: list[Hit], key: str, reverse: bool) -> None:
+    if key == "score":
+        hits.sort(key=lambda h: h.rank, reverse=reverse)
+    elif key == "date":
+        hits.sort(key=lambda h: (-(h.mtime_ns or 0), h.rank), reverse=reverse)
+    elif key == "path":
+        hits.sort(key=lambda h: h.path, reverse=reverse)
+    elif key == "size":
+        hits.sort(key=lambda h: (-(h.size or 0), h.rank), reverse=reverse)
+

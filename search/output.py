@@ -1,0 +1,130 @@
+"""Print search hits: an aligned table, JSON, JSON lines, CSV or bare paths.
+
+Every structured format carries the same hit objects (``Hit.to_dict()``,
+described by ``schemas/hit.schema.json``):
+
+- ``json``: one JSON array of hit objects;
+- ``nl``: one JSON object per line (streams well into ``jq -c``);
+- ``csv``: a header row, then one row per hit; core fields first in schema
+  order, then any set optional fields (``bbox`` as JSON text); empty cell = null;
+  ``read_csv`` turns it back into hit objects;
+- ``paths``: one path per line (``xargs``-friendly; ``paths0`` ends each with NUL);
+- ``table``: rank, probability, score, size in pixels, path; stale entries marked.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+
+from wherein.schemas.records import HIT_CORE_FIELDS, HIT_MASK_FIELDS, Hit
+
+FORMATS = ("table", "json", "nl", "csv", "paths", "paths0")
+
+_INT_FIELDS = {"rank", "width", "height", "id", "size"}
+_FLOAT_FIELDS = {"score", "probability", "mask_area", "mask_score"}
+_BOOL_FIELDS = {"exists"}
+_JSON_FIELDS = {"bbox"}
+
+
+def render(hits: Sequence[Hit], fmt: str) -> str:
+    """The whole output for a format, ending with a newline when not empty."""
+    if fmt == "json":
+        return to_json(hits) + "\n"
+    if fmt == "nl":
+        return "".join(json.dumps(h.to_dict()) + "\n" for h in hits)
+    if fmt == "csv":
+        return to_csv(hits)
+    if fmt == "paths":
+        return "".join(h.path + "\n" for h in hits)
+    if fmt == "paths0":
+        return "".join(h.path + "\0" for h in hits)
+    if fmt == "table":
+        return to_table(hits) + ("\n" if hits else "")
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def to_json(hits: Sequence[Hit]) -> str:
+    return json.dumps([h.to_dict() for h in hits], indent=2)
+
+
+def csv_columns(hits: Sequence[Hit]) -> list[str]:
+    cols = list(HIT_CORE_FIELDS)
+    for h in hits:
+        for name in h.to_dict():
+            if name not in cols:
+                cols.append(name)
+    return cols
+
+
+def to_csv(hits: Sequence[Hit]) -> str:
+    buf = io.StringIO()
+    cols = csv_columns(hits)
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for h in hits:
+        d = h.to_dict()
+        w.writerow([_csv_cell(d.get(c)) for c in cols])
+    return buf.getvalue()
+
+
+def _csv_cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict | list):
+        return json.dumps(v)
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def read_csv(text: str) -> list[dict]:
+    """Hit objects back from ``to_csv`` output (types restored, empty cells dropped)."""
+    out = []
+    for row in csv.DictReader(io.StringIO(text)):
+        d: dict = {}
+        for k, v in row.items():
+            if v == "":
+                if k in HIT_CORE_FIELDS:
+                    d[k] = None
+                continue
+            if k in _INT_FIELDS:
+                d[k] = int(v)
+            elif k in _FLOAT_FIELDS:
+                d[k] = float(v)
+            elif k in _BOOL_FIELDS:
+                d[k] = v == "true"
+            elif k in _JSON_FIELDS:
+                d[k] = json.loads(v)
+            else:
+                d[k] = v
+        out.append(d)
+    return out
+
+
+def to_table(hits: Sequence[Hit]) -> str:
+    from wherein.search.cli_common import table
+
+    has_mask = any(h.mask_path for h in hits)
+    rows = []
+    for h in hits:
+        row = {
+            "rank": h.rank,
+            "prob": h.probability,
+            "score": h.score,
+            "pixels": f"{h.width}x{h.height}" if h.width and h.height else "",
+            "path": h.path + ("" if h.exists else "  [missing]"),
+        }
+        if has_mask:
+            row["mask"] = h.mask_area
+            row["mask_path"] = h.mask_path or ""
+        rows.append(row)
+    cols = ["rank", "prob", "score", "pixels", "path"] + (["mask", "mask_path"] if has_mask else [])
+    return table(rows, cols)
+
+
+__all__ = ["FORMATS", "HIT_MASK_FIELDS", "csv_columns", "read_csv", "render", "to_csv", "to_json", "to_table"]
