@@ -29,14 +29,14 @@ def _draw(colour: str, shape: str, size: tuple[int, int]) -> Image.Image:
     w, h = size
     img = Image.new("RGB", size, BACKGROUND)
     d = ImageDraw.Draw(img)
-    box = (w * 0.2, h * 0.2, w * 0.8, h * 0.8)
+    box = (w * 0.12, h * 0.12, w * 0.88, h * 0.88)
     fill = rgb255(colour)
     if shape == "circle":
         d.ellipse(box, fill=fill)
     elif shape == "square":
         d.rectangle(box, fill=fill)
     else:
-        d.polygon([(w * 0.5, h * 0.15), (w * 0.85, h * 0.85), (w * 0.15, h * 0.85)], fill=fill)
+        d.polygon([(w * 0.5, h * 0.06), (w * 0.94, h * 0.94), (w * 0.06, h * 0.94)], fill=fill)
     return img
 
 

@@ -159,7 +159,10 @@ def write_bpe_files(out_dir: Path) -> None:
     from open_clip.tokenizer import SimpleTokenizer
 
     tok = SimpleTokenizer()
-    (out_dir / "vocab.json").write_text(json.dumps(tok.encoder, ensure_ascii=False))
+    # Same ids; HF (and the published bundle) spell the specials <|startoftext|>/<|endoftext|>.
+    hf_names = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}
+    vocab = {hf_names.get(k, k): v for k, v in tok.encoder.items()}
+    (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     merges = sorted(tok.bpe_ranks.items(), key=lambda kv: kv[1])
     lines = ["#version: 0.2"] + [" ".join(pair) for pair, _ in merges]
     (out_dir / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
