@@ -1,0 +1,193 @@
+"""Duplicate groups: exact (same content hash) and near (embedding cosine >= threshold).
+
+Exact duplicates come from the catalog's sha256 column. Near duplicates come
+from a FAISS range search of every indexed vector against the index (batched;
+no pairwise loop in Python); an approximate (IVF) index is searched with a
+slightly lower radius and the candidate pairs are re-scored exactly from the
+catalog's float32 vectors. Pairs are joined into groups by union-find, so a
+group is a chain of near-identical pairs: A~B and B~C put A and C together
+even when A and C alone fall just below the threshold (each member's ``score``
+is its cosine with the keeper, which shows that).
+
+Default threshold, by the index's embedding space:
+
+- real SigLIP 2 (and any unknown space): 0.95. Re-encodes, resizes and format
+  conversions of one photo land at >= 0.95; different photos of the same
+  scene usually below.
+- the stand-in models: 0.998. The stand-in embedding is a colour histogram plus
+  a 4x4 spatial colour histogram, so every image of one colour is close:
+  measured on the test drawings, copies (JPEG q60, 50% resize, PNG -> JPEG) are
+  at >= 0.9999, the same colour in another layout (a disc vs a square) at 0.993,
+  a shifted square at 0.925, other colours at <= 0.68.
+
+Keeper of a group (the one to keep): a file that still exists, then the largest
+resolution (width x height), then the largest file, then the oldest (earliest
+mtime), then the path in sort order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from wherein.indexer.errors import WhereinError
+from wherein.schemas.records import Hit
+from wherein.search.curate.common import hit_from_row, unit
+
+REAL_THRESHOLD = 0.95
+STANDIN_THRESHOLD = 0.998
+STANDIN_SPACE_PREFIX = "wherein-standin"  # e.g. "wherein-standin-colour-v1" (indexer/standins)
+_APPROX_MARGIN = 0.01  # SQ8 scores are off by ~1e-3: search wider, cut on exact scores
+
+
+def default_threshold(space: str | None) -> float:
+    """The near-duplicate cosine for an index's embedding space (see the module docstring)."""
+    if space and (space == "standin" or space.startswith(STANDIN_SPACE_PREFIX)):
+        return STANDIN_THRESHOLD
+    return REAL_THRESHOLD
+
+
+@dataclass
+class DupeReport:
+    hits: list[Hit]  # group by group, keeper first
+    threshold: float | None  # None when only exact duplicates were looked for
+    groups: int = 0
+    redundant: int = 0  # files that are not keepers
+    redundant_bytes: int = 0
+    pairs: dict[tuple[int, int], float] = field(default_factory=dict, repr=False)
+
+
+class UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        parent.setdefault(x, x)
+        root = x
+        while parent[root] != root:
+            root = parent[root]
+        while parent[x] != root:  # path compression
+            parent[x], x = root, parent[x]
+        return root
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def groups(self) -> list[list[int]]:
+        out: dict[int, list[int]] = defaultdict(list)
+        for x in list(self.parent):
+            out[self.find(x)].append(x)
+        return [sorted(g) for g in out.values() if len(g) > 1]
+
+
+def find_duplicates(store, threshold: float | None = None, exact_only: bool = False,
+                    batch: int = 1024) -> DupeReport:
+    """Duplicate groups of an open IndexStore; threshold None = the space's default."""
+    cat = store.catalog
+    if threshold is None and not exact_only:
+        threshold = default_threshold(cat.get_meta("space"))
+    if threshold is not None and not -1.0 <= threshold <= 1.0:
+        raise WhereinError("--threshold is a cosine: between -1 and 1")
+    uf = UnionFind()
+    for ids in _exact_groups(cat):
+        for other in ids[1:]:
+            uf.union(ids[0], other)
+    pairs: dict[tuple[int, int], float] = {}
+    if not exact_only:
+        store.ensure_vectors(persist=False)
+        pairs = _near_pairs(store, float(threshold), batch)
+        for a, b in pairs:
+            uf.union(a, b)
+    report = DupeReport([], None if exact_only else threshold, pairs=pairs)
+    groups = [_describe(cat, g, pairs) for g in uf.groups()]
+    groups.sort(key=lambda g: (-len(g), g[0][0]["path"]))
+    for number, members in enumerate(groups, 1):
+        report.groups += 1
+        for row, score, match in members:
+            keeper = match == "keeper"
+            if not keeper:
+                report.redundant += 1
+                report.redundant_bytes += int(row["size"] or 0)
+            report.hits.append(hit_from_row(row, len(report.hits) + 1, score, None, {
+                "group": number, "group_size": len(members), "keeper": keeper, "match": match}))
+    return report
+
+
+def _exact_groups(cat) -> list[list[int]]:
+    rows = cat.conn.execute(
+        "SELECT sha256, id FROM images WHERE sha256 IN "
+        "(SELECT sha256 FROM images GROUP BY sha256 HAVING count(*) > 1) ORDER BY sha256, id"
+    ).fetchall()
+    by_hash: dict[str, list[int]] = defaultdict(list)
+    for sha, image_id in rows:
+        by_hash[sha].append(int(image_id))
+    return list(by_hash.values())
+
+
+def _near_pairs(store, threshold: float, batch: int) -> dict[tuple[int, int], float]:
+    """(a, b) with a < b -> exact cosine, for every pair at or above threshold."""
+    index = store.vectors.index
+    if index is None or index.ntotal < 2:
+        return {}
+    choice = store.vectors.choice
+    approx = choice is not None and choice.kind != "flat"
+    radius = threshold - _APPROX_MARGIN if approx else threshold
+    radius = float(np.nextafter(np.float32(radius), np.float32(-2)))  # FAISS keeps scores > radius
+    pairs: dict[tuple[int, int], float] = {}
+    for ids, vecs in store.catalog.iter_vectors(batch):
+        lims, scores, found = index.range_search(unit(vecs), radius)
+        for q, a in enumerate(ids.tolist()):
+            lo, hi = int(lims[q]), int(lims[q + 1])
+            for b, s in zip(found[lo:hi].tolist(), scores[lo:hi].tolist(), strict=True):
+                if b != a:
+                    key = (a, b) if a < b else (b, a)
+                    pairs[key] = max(pairs.get(key, -2.0), float(s))
+    if approx and pairs:
+        pairs = _rescore(store.catalog, pairs)
+    return {k: v for k, v in pairs.items() if v >= threshold - 1e-6}
+
+
+def _rescore(cat, pairs: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
+    ids = sorted({i for p in pairs for i in p})
+    got, vecs = cat.vectors_for(ids)
+    pos = {int(i): n for n, i in enumerate(got)}
+    vecs = unit(vecs)
+    return {(a, b): float(vecs[pos[a]] @ vecs[pos[b]]) for a, b in pairs if a in pos and b in pos}
+
+
+def _keeper_key(row: dict, exists: bool):
+    pixels = (row["width"] or 0) * (row["height"] or 0)
+    return (not exists, -pixels, -(row["size"] or 0), row["mtime_ns"] or 0, row["path"])
+
+
+def _describe(cat, ids: list[int], pairs: dict[tuple[int, int], float]) -> list[tuple[dict, float, str]]:
+    """[(row, cosine with keeper, 'keeper' | 'exact' | 'near')], keeper first, then by cosine."""
+    rows = cat.rows_by_ids(ids)
+    present = [rows[i] for i in ids if i in rows]
+    if not present:
+        return []
+    keeper = min(present, key=lambda r: _keeper_key(r, os.path.exists(r["path"])))
+    got, vecs = cat.vectors_for([r["id"] for r in present])
+    vec_of = dict(zip(got.tolist(), unit(vecs))) if len(got) else {}
+    # Exact copies share one vector: use any of them when the keeper's own is pending.
+    kvec = vec_of.get(keeper["id"]) if keeper["id"] in vec_of else next(
+        (vec_of[r["id"]] for r in present if r["sha256"] == keeper["sha256"] and r["id"] in vec_of), None)
+    out = []
+    for r in present:
+        if r["id"] == keeper["id"]:
+            out.append((r, 1.0, "keeper"))
+        elif r["sha256"] == keeper["sha256"]:
+            out.append((r, 1.0, "exact"))
+        elif kvec is not None and r["id"] in vec_of:
+            out.append((r, float(np.clip(vec_of[r["id"]] @ kvec, -1.0, 1.0)), "near"))
+        else:
+            best = max((s for (a, b), s in pairs.items() if r["id"] in (a, b)), default=0.0)
+            out.append((r, best, "near"))
+    out.sort(key=lambda t: (t[2] != "keeper", -t[1], t[0]["path"]))
+    return out

@@ -1,0 +1,178 @@
+"""Zero-shot labelling: per-image SigLIP probabilities for each label, stored in the catalog.
+
+SigLIP scores every (image, label) pair with its own sigmoid,
+``p = sigmoid(exp(logit_scale) * cos + logit_bias)``: the probabilities of
+one image's labels are independent and need not sum to 1 (an image can be
+both "cat" and "sofa", or neither). Each label becomes the prompt
+``template.format(label)`` ("This is a photo of {}." by default, "{}" for the
+label as typed); cosines are a matrix product of the catalog's vectors (read
+batch by batch) with the label text embeddings.
+
+Results go to the catalog table ``labels`` (created here, IF NOT EXISTS, in the
+same transaction as the rows), one row per (image, label, template, model_id):
+re-running replaces the rows, and rows go with their image when the indexer
+drops it (ON DELETE CASCADE). ``model_id`` is the index's image model, so
+labels from an older model are not mistaken for current ones.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from wherein.indexer.errors import IndexError_, WhereinError
+from wherein.schemas.records import Hit
+from wherein.search.curate.common import hit_from_row, unit
+
+RAW_TEMPLATE = "{}"
+LABELS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS labels (
+    image_id INTEGER NOT NULL REFERENCES images(id) ON DELETE CASCADE,
+    label TEXT NOT NULL,
+    probability REAL NOT NULL,
+    template TEXT NOT NULL,
+    model_id TEXT NOT NULL,
+    PRIMARY KEY (image_id, label, template, model_id)
+);
+CREATE INDEX IF NOT EXISTS labels_by_label ON labels(label, probability);
+"""
+
+
+class LabelError(WhereinError):
+    """Bad labels or template."""
+
+
+@dataclass
+class LabelRun:
+    labels: list[str]
+    template: str
+    prompts: list[str]
+    model_id: str
+    ids: np.ndarray  # [n] catalog ids
+    cosines: np.ndarray  # [n, L] image . label-text
+    probabilities: np.ndarray  # [n, L] calibrated, independent per label
+
+
+def parse_labels(labels: str | Sequence[str]) -> list[str]:
+    """'cat, dog,car' (or a list of such strings) -> ['cat', 'dog', 'car'], duplicates dropped."""
+    parts = [labels] if isinstance(labels, str) else list(labels)
+    out: list[str] = []
+    for part in parts:
+        for label in part.split(","):
+            label = " ".join(label.split())
+            if label and label not in out:
+                out.append(label)
+    if not out:
+        raise LabelError("no labels given (e.g. --labels 'cat,dog,car')")
+    return out
+
+
+def check_template(template: str) -> str:
+    try:
+        filled = template.format("\0")
+    except (IndexError, KeyError, ValueError):
+        raise LabelError(f"template {template!r}: use {{}} for the label and nothing else in braces") from None
+    if filled.count("\0") != 1:
+        raise LabelError(f"template {template!r} must contain {{}} exactly once, where the label goes")
+    return template
+
+
+def prompt_for(template: str, label: str) -> str:
+    # Same clean-up as search's prompts: "cat." must not become "... of cat.."
+    return template.format(label.strip().rstrip(".!?;,").strip())
+
+
+def compute_labels(searcher, labels: Sequence[str], template: str, batch: int = 4096) -> LabelRun:
+    """Probabilities of every indexed image for every label (searcher: wherein.search.api.Searcher)."""
+    labels = parse_labels(labels)
+    template = check_template(template)
+    searcher.check_space()
+    tower = searcher.text_tower
+    prompts = [prompt_for(template, label) for label in labels]
+    text = unit(tower.encode(prompts))  # [L, d]
+    dim = searcher.dim
+    if dim and text.shape[1] != dim:
+        raise IndexError_(f"the text tower gives {text.shape[1]}-dimensional vectors but the index holds "
+                          f"{dim}-dimensional ones: use the models the index was built with")
+    cat = searcher.store.catalog
+    ids, cosines = [], []
+    for batch_ids, vecs in cat.iter_vectors(batch):
+        ids.append(batch_ids)
+        cosines.append(unit(vecs) @ text.T)
+    all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+    cos = np.concatenate(cosines) if cosines else np.zeros((0, len(labels)), dtype=np.float32)
+    probs = np.asarray(tower.probability(cos), dtype=np.float64).reshape(cos.shape)
+    return LabelRun(labels, template, prompts, str(cat.get_meta("model_id") or ""), all_ids, cos, probs)
+
+
+def ensure_table(conn: sqlite3.Connection) -> None:
+    """Create the labels table if needed (inside the caller's transaction)."""
+    for statement in LABELS_SCHEMA.strip().split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def store_labels(catalog, run: LabelRun) -> int:
+    """Write the run's rows to the catalog in one transaction; returns the number of rows written."""
+    rows = [
+        (int(image_id), label, float(run.probabilities[i, j]), run.template, run.model_id, int(image_id))
+        for i, image_id in enumerate(run.ids)
+        for j, label in enumerate(run.labels)
+    ]
+    try:
+        with catalog.transaction() as conn:
+            # Explicit BEGIN: Python's sqlite3 would run the CREATE outside the transaction.
+            if not conn.in_transaction:
+                conn.execute("BEGIN IMMEDIATE")
+            ensure_table(conn)
+            before = conn.total_changes
+            # An image the indexer dropped since we read its vector is skipped, not an error.
+            conn.executemany(
+                "INSERT OR REPLACE INTO labels(image_id, label, probability, template, model_id) "
+                "SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM images WHERE id = ?)",
+                rows,
+            )
+            return conn.total_changes - before
+    except sqlite3.OperationalError as exc:
+        if "readonly" in str(exc) or "read-only" in str(exc):
+            raise IndexError_(f"{catalog.path}: the catalog is read-only; use --no-store to only export") from None
+        raise
+
+
+def read_labels(catalog, label: str | None = None, template: str | None = None,
+                model_id: str | None = None) -> list[dict]:
+    """Stored label rows (image_id, path, label, probability, template, model_id), by path then label."""
+    exists = catalog.conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'labels'").fetchone()
+    if not exists:
+        return []
+    sql = ("SELECT l.image_id, i.path, l.label, l.probability, l.template, l.model_id "
+           "FROM labels l JOIN images i ON i.id = l.image_id WHERE 1=1")
+    args: list = []
+    for column, value in (("label", label), ("template", template), ("model_id", model_id)):
+        if value is not None:
+            sql += f" AND l.{column} = ?"
+            args.append(value)
+    cur = catalog.conn.execute(sql + " ORDER BY i.path, l.label", args)
+    cols = [c[0] for c in cur.description]
+    return [dict(zip(cols, r)) for r in cur]
+
+
+def label_hits(catalog, run: LabelRun) -> list[Hit]:
+    """One hit per image, by path: probability/score of its best label, all labels in extra."""
+    rows = catalog.rows_by_ids(run.ids)
+    order = sorted((i for i in range(len(run.ids)) if int(run.ids[i]) in rows),
+                   key=lambda i: rows[int(run.ids[i])]["path"])
+    hits = []
+    for i in order:
+        best = int(np.argmax(run.probabilities[i]))
+        extra = {
+            "label": run.labels[best],
+            "labels": {label: float(run.probabilities[i, j]) for j, label in enumerate(run.labels)},
+        }
+        hits.append(hit_from_row(rows[int(run.ids[i])], len(hits) + 1, float(run.cosines[i, best]),
+                                 float(run.probabilities[i, best]), extra))
+    return hits
