@@ -1,0 +1,114 @@
+"""The Ray Data engine: decode in parallel tasks, embed in an actor pool, write shards in the driver.
+
+Each actor loads the LiteRT tower once. Rows stream back to the driver, which
+writes a shard as soon as all its rows are in (3 KB per vector: a driver writes
+well over 100 MB/s of parquet, far above what a CPU cluster embeds), so a killed
+run keeps every completed shard and the next run starts after them.
+
+Pitfall (Ray #44687): an actor pool holding every CPU starves the decode tasks and
+the run hangs; the pool is sized to leave at least one CPU to them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wherein.indexer.scale import records
+from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE_SIZE
+
+DECODE_BATCH = 16
+EMBED_BATCH = 32
+DECODE_MEMORY = 256 << 20  # one decode batch: 16 x 600 KB of pixels plus the decoded images
+
+
+def pool_size(total_cpus: float, actors: int | None, actor_cpus: float | None) -> tuple[int, float]:
+    """(actors, CPUs per actor), leaving >= 1 CPU (or half of a 1-CPU box) to the decode tasks."""
+    actor_cpus = actor_cpus or 1.0
+    if actors is None:
+        actors = max(1, int(total_cpus // (2 * actor_cpus)))
+    spare = max(total_cpus - 1.0, total_cpus / 2)
+    if actors * actor_cpus > spare:
+        actor_cpus = spare / actors  # fractional CPUs: the pool can never take every CPU
+    return actors, actor_cpus
+
+
+def decode_batch(batch: dict, draft: bool) -> dict:
+    n = len(batch["id"])
+    size = SIGLIP_IMAGE_SIZE
+    pixels = np.zeros((n, 3, size, size), np.float32)
+    cols = {k: [] for k in ("size", "mtime_ns", "sha256", "width", "height", "error")}
+    for j in range(n):
+        res = records.load(str(batch["uri"][j]), int(batch["offset"][j]), int(batch["length"][j]), draft)
+        if res.pixels is not None:
+            pixels[j] = res.pixels
+        for k in cols:
+            cols[k].append(getattr(res, k))
+    out = {"id": batch["id"], "shard": batch["shard"], "uri": batch["uri"], "pixels": pixels}
+    out.update({k: np.array(v, dtype=object if k in ("sha256", "error") else np.int64) for k, v in cols.items()})
+    return out
+
+
+class Embedder:
+    """One tower per actor, loaded once."""
+
+    def __init__(self, models_root: str, threads: int) -> None:
+        from pathlib import Path
+
+        from wherein.indexer.image_tower import ImageTower
+        from wherein.indexer.modeldir import ModelDir
+
+        self.tower = ImageTower.from_models(ModelDir(Path(models_root)), threads)
+
+    def __call__(self, batch: dict) -> dict:
+        pixels = batch.pop("pixels")
+        ok = np.array([not e for e in batch["error"]], dtype=bool)
+        vecs = np.zeros((len(ok), SIGLIP_EMBED_DIM), np.float32)
+        if ok.any():
+            vecs[ok] = self.tower.embed(pixels[ok])
+        batch["embedding"] = vecs
+        return batch
+
+
+def run_ray(plan, pending, writer, models_root, address, actors, actor_cpus, draft, progress) -> None:
+    import ray
+    import ray.data
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        table = plan.items(pending)
+        # One input block per shard: decode tasks start on many shards at once.
+        shard_col = table.column("shard").to_numpy()
+        starts = np.flatnonzero(np.r_[True, shard_col[1:] != shard_col[:-1]])
+        ends = np.r_[starts[1:], len(shard_col)]
+        blocks = [table.slice(int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)]
+        n_actors, cpus = pool_size(ray.cluster_resources().get("CPU", 1.0), actors, actor_cpus)
+        ds = ray.data.from_arrow(blocks)
+        ds = ds.map_batches(decode_batch, batch_size=DECODE_BATCH, batch_format="numpy",
+                            fn_kwargs={"draft": draft}, num_cpus=1,
+                            # A memory reservation of its own also keeps Ray from fusing the
+                            # decode tasks into the actors (decode must run in parallel tasks).
+                            memory=DECODE_MEMORY)
+        ds = ds.map_batches(
+            Embedder, fn_constructor_kwargs={"models_root": str(models_root), "threads": max(1, round(cpus))},
+            compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=cpus,
+            batch_size=EMBED_BATCH, batch_format="numpy",
+        )
+        for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
+            for j in range(len(batch["id"])):
+                err = str(batch["error"][j])
+                writer.add(int(batch["shard"][j]), {
+                    "id": int(batch["id"][j]), "uri": str(batch["uri"][j]), "size": int(batch["size"][j]),
+                    "mtime_ns": int(batch["mtime_ns"][j]), "sha256": str(batch["sha256"][j]),
+                    "width": int(batch["width"][j]), "height": int(batch["height"][j]),
+                    "error": err, "embedding": None if err else batch["embedding"][j],
+                })
+            if progress:
+                progress(len(batch["id"]))
+    finally:
+        if started:
+            ray.shutdown()

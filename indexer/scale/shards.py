@@ -1,0 +1,249 @@
+"""The embed output directory: plan, parquet shards with done markers, manifest.
+
+    OUT/
+      plan.json, plan.parquet       the sorted item list and its shard assignment (fixed at the first run)
+      shards/shard-00000.parquet    id, uri, size, mtime_ns, sha256, width, height, embedding
+      shards/shard-00000.errors.parquet   id, uri, size, mtime_ns, reason (failed records)
+      shards/shard-00000.done       written last: the shard is complete
+      manifest.json                 model_id, space, dim, shards with counts
+
+A shard is complete when its parquet and its done marker exist; every file is
+written to a temp name and renamed, so a killed run leaves no half shard behind
+and a re-run embeds only the shards without a marker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from wherein.indexer.errors import WhereinError
+from wherein.indexer.scale.sources import Item
+from wherein.indexer.vectors import write_atomic
+
+PLAN_JSON = "plan.json"
+PLAN_PARQUET = "plan.parquet"
+MANIFEST = "manifest.json"
+SHARD_DIR = "shards"
+FORMAT_VERSION = 1
+
+
+class ShardError(WhereinError):
+    """The embed directory is inconsistent with what was asked."""
+
+
+def shard_name(i: int) -> str:
+    return f"shard-{i:05d}"
+
+
+def shard_paths(out: Path, i: int) -> tuple[Path, Path, Path]:
+    base = out / SHARD_DIR / shard_name(i)
+    return base.with_suffix(".parquet"), base.with_suffix(".errors.parquet"), base.with_suffix(".done")
+
+
+def is_done(out: Path, i: int) -> bool:
+    parquet, _, done = shard_paths(out, i)
+    return parquet.is_file() and done.is_file()
+
+
+def embedding_type(dim: int):
+    import pyarrow as pa
+
+    return pa.list_(pa.float32(), dim)  # fixed_size_list: readable by any parquet reader
+
+
+def shard_schema(dim: int):
+    import pyarrow as pa
+
+    return pa.schema([
+        ("id", pa.int64()), ("uri", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
+        ("sha256", pa.string()), ("width", pa.int32()), ("height", pa.int32()),
+        ("embedding", embedding_type(dim)),
+    ])
+
+
+def error_schema():
+    import pyarrow as pa
+
+    return pa.schema([("id", pa.int64()), ("uri", pa.string()), ("size", pa.int64()),
+                      ("mtime_ns", pa.int64()), ("reason", pa.string())])
+
+
+@dataclass
+class Plan:
+    out: Path
+    shard_size: int
+    count: int
+    model_id: str
+    space: str
+    dim: int
+    sources: list[str] = field(default_factory=list)
+    model_file: str = ""
+
+    @property
+    def shards(self) -> int:
+        return (self.count + self.shard_size - 1) // self.shard_size
+
+    def shard_count(self, i: int) -> int:
+        return min(self.shard_size, self.count - i * self.shard_size)
+
+    def pending(self) -> list[int]:
+        return [i for i in range(self.shards) if not is_done(self.out, i)]
+
+    def items(self, shards: list[int] | None = None):
+        """The plan rows (id, shard, uri, offset, length) as a pyarrow table, optionally of some shards."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(self.out / PLAN_PARQUET)
+        if shards is not None:
+            table = table.filter(pc.is_in(table["shard"], value_set=_int_array(shards)))
+        return table
+
+
+def _int_array(values):
+    import pyarrow as pa
+
+    return pa.array(values, pa.int64())
+
+
+def open_plan(out: Path, sources: list[str], shard_size: int | None, model_id: str, space: str, dim: int,
+              list_items, model_file: str = "") -> tuple[Plan, bool]:
+    """Load the plan of an earlier run (resume) or list the sources and fix a new one. (plan, resumed)."""
+    import pyarrow as pa
+
+    side = out / PLAN_JSON
+    if side.is_file():
+        meta = json.loads(side.read_text())
+        if sources and sorted(sources) != sorted(meta["sources"]):
+            raise ShardError(f"{out}: holds shards of other sources ({', '.join(meta['sources'])}); use a new --out")
+        if shard_size and shard_size != meta["shard_size"]:
+            raise ShardError(f"{out}: was planned with --shard-size {meta['shard_size']}; use it or a new --out")
+        if meta["model_id"] != model_id:
+            raise ShardError(f"{out}: shards were embedded with model {meta['model_id']}, not {model_id}; use a new --out")
+        return Plan(out, meta["shard_size"], meta["count"], model_id, space, dim, meta["sources"], model_file), True
+    items: list[Item] = list_items()
+    size = shard_size or 10_000
+    ids = np.arange(1, len(items) + 1, dtype=np.int64)  # 1-based: becomes the catalog rowid and FAISS id
+    table = pa.table({
+        "id": ids,
+        "shard": (ids - 1) // size,
+        "uri": [it.uri for it in items],
+        "offset": np.array([it.offset for it in items], dtype=np.int64),
+        "length": np.array([it.length for it in items], dtype=np.int64),
+    })
+    (out / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+    write_parquet_atomic(table, out / PLAN_PARQUET)
+    digest = hashlib.sha256("\n".join(it.uri for it in items).encode()).hexdigest()
+    meta = {"version": FORMAT_VERSION, "sources": sources, "shard_size": size, "count": len(items),
+            "model_id": model_id, "model_file": model_file, "space": space, "dim": dim, "items_sha256": digest}
+    write_atomic(side, json.dumps(meta, indent=2).encode())
+    return Plan(out, size, len(items), model_id, space, dim, sources, model_file), False
+
+
+def write_parquet_atomic(table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ShardWriter:
+    """Collects embedded rows (in any order) and writes each shard once all its rows are in."""
+
+    def __init__(self, plan: Plan, shards: list[int]) -> None:
+        self.plan = plan
+        self.expected = {i: plan.shard_count(i) for i in shards}
+        self.rows: dict[int, list[dict]] = {i: [] for i in shards}
+        self.run_id = uuid.uuid4().hex[:12]
+        self.written: list[int] = []
+        self.embedded = 0
+        self.failed = 0
+        self.t0 = time.perf_counter()
+
+    def add(self, shard: int, row: dict) -> None:
+        """row: id, uri, size, mtime_ns, sha256, width, height, error, embedding (ndarray or None)."""
+        buf = self.rows[shard]
+        buf.append(row)
+        if len(buf) == self.expected[shard]:
+            self._write(shard, self.rows.pop(shard))
+
+    def _write(self, i: int, rows: list[dict]) -> None:
+        import pyarrow as pa
+
+        dim = self.plan.dim
+        rows.sort(key=lambda r: r["id"])
+        good = [r for r in rows if not r["error"]]
+        bad = [r for r in rows if r["error"]]
+        vecs = np.stack([r["embedding"] for r in good]).astype(np.float32) if good else np.zeros((0, dim), np.float32)
+        cols = {k: [r[k] for r in good] for k in ("id", "uri", "size", "mtime_ns", "sha256", "width", "height")}
+        cols["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), pa.float32()), dim)
+        table = pa.table(cols, schema=shard_schema(dim))
+        errors = pa.table({"id": [r["id"] for r in bad], "uri": [r["uri"] for r in bad],
+                           "size": [r["size"] for r in bad], "mtime_ns": [r["mtime_ns"] for r in bad],
+                           "reason": [r["error"] for r in bad]}, schema=error_schema())
+        parquet, err_path, done = shard_paths(self.plan.out, i)
+        write_parquet_atomic(errors, err_path)
+        write_parquet_atomic(table, parquet)
+        marker = {"shard": i, "rows": len(good), "errors": len(bad), "model_id": self.plan.model_id,
+                  "run": self.run_id, "written_at": time.time()}
+        write_atomic(done, json.dumps(marker).encode())  # last: the shard counts as complete
+        self.written.append(i)
+        self.embedded += len(good)
+        self.failed += len(bad)
+
+    @property
+    def unfinished(self) -> list[int]:
+        return sorted(self.rows)
+
+
+def write_manifest(plan: Plan) -> dict:
+    shards, complete = [], True
+    for i in range(plan.shards):
+        parquet, err_path, done = shard_paths(plan.out, i)
+        if not is_done(plan.out, i):
+            complete = False
+            continue
+        marker = json.loads(done.read_text())
+        shards.append({"shard": i, "file": f"{SHARD_DIR}/{parquet.name}", "count": marker["rows"],
+                       "errors_file": f"{SHARD_DIR}/{err_path.name}", "errors": marker["errors"]})
+    manifest = {
+        "version": FORMAT_VERSION, "model_id": plan.model_id, "model_file": plan.model_file,
+        "space": plan.space, "dim": plan.dim,
+        "sources": plan.sources, "shard_size": plan.shard_size, "planned_shards": plan.shards,
+        "items": plan.count, "complete": complete,
+        "count": sum(s["count"] for s in shards), "errors": sum(s["errors"] for s in shards),
+        "shards": shards,
+    }
+    write_atomic(plan.out / MANIFEST, json.dumps(manifest, indent=2).encode())
+    return manifest
+
+
+def read_manifest(out: Path) -> dict:
+    try:
+        manifest = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise ShardError(f"{out}: no embed manifest here (run `wherein embed SOURCE --out {out}` first)") from exc
+    if not manifest["complete"]:
+        done = len(manifest["shards"])
+        raise ShardError(f"{out}: embedding incomplete ({done} of {manifest['planned_shards']} shards); "
+                         f"re-run `wherein embed` to finish it")
+    return manifest
+
+
+def embeddings(table, dim: int) -> np.ndarray:
+    """The embedding column as a [n, dim] float32 array (fixed_size_list or Ray's large_list)."""
+    col = table.column("embedding").combine_chunks()
+    if len(col) == 0:
+        return np.zeros((0, dim), np.float32)
+    return col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(col), dim)
