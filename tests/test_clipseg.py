@@ -1,0 +1,155 @@
+"""CLIPSeg host pipeline over the stand-in graphs: tokens, cond, binding order, asset checks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from wherein.indexer.errors import ModelError
+from wherein.indexer.modeldir import ModelDir
+from wherein.schemas.models import CLIPSEG_EOT, CLIPSEG_SOT
+from wherein.search.clipseg import ClipSeg, Features
+from wherein.search.masking import MaskResult
+
+from conftest import draw_shape
+
+
+@pytest.fixture(scope="module")
+def model(standin_models) -> ClipSeg:
+    return ClipSeg.load(ModelDir(standin_models), num_threads=1)
+
+
+class Counting:
+    """A graph wrapper that counts runs."""
+
+    def __init__(self, graph) -> None:
+        self.graph = graph
+        self.calls = 0
+
+    def run(self, *inputs):
+        self.calls += 1
+        return self.graph.run(*inputs)
+
+
+def counted(model: ClipSeg) -> ClipSeg:
+    return ClipSeg(
+        Counting(model.vision), Counting(model.text), Counting(model.decoder),
+        model.token_table, model.projection, model.tokenizer,
+    )
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a & b).sum() / max(1, (a | b).sum()))
+
+
+def rect_mask(size: tuple[int, int], px: tuple[int, int, int, int]) -> np.ndarray:
+    w, h = size
+    m = np.zeros((h, w), dtype=bool)
+    m[px[1] : px[3] + 1, px[0] : px[2] + 1] = True  # draw_shape's box is inclusive
+    return m
+
+
+def test_tokens_are_sot_content_eot_padding(model):
+    ids = model.tokenize("a red square")
+    assert ids.shape == (77,)
+    assert ids[0] == CLIPSEG_SOT
+    content = list(ids[1:4])
+    assert ids[4] == CLIPSEG_EOT and not ids[5:].any()
+    assert content == model.tokenizer._tok.encode("a red square")
+
+
+def test_long_prompt_keeps_75_content_tokens(model):
+    ids = model.tokenize(" ".join(["red"] * 200))
+    assert ids[0] == CLIPSEG_SOT and ids[76] == CLIPSEG_EOT
+    assert (ids[1:76] != CLIPSEG_EOT).all() and (ids == CLIPSEG_EOT).sum() == 1
+
+
+def test_cond_is_eot_row_times_input_major_projection_unnormalised(model):
+    ids = model.tokenize("a red square")
+    emb = np.asarray(model.token_table[ids], np.float32)[None]
+    (hidden,) = model.text.run(emb)
+    expected = hidden[0, 4] @ model.projection  # EOT sits at index 4
+    cond = model.encode_prompt("a red square")
+    np.testing.assert_allclose(cond, expected, rtol=1e-5, atol=1e-6)
+    # Transposed projection or another row gives a different cond.
+    assert not np.allclose(cond, hidden[0, 4] @ model.projection.T, atol=1e-3)
+    assert not np.allclose(cond, hidden[0, 3] @ model.projection, atol=1e-3)
+    assert abs(np.linalg.norm(cond) - 1.0) > 1e-2  # not L2-normalised
+
+
+def test_one_vision_pass_serves_several_prompts_and_cond_is_cached(model, tmp_path):
+    m = counted(model)
+    draw_shape(tmp_path / "r.png", "red")
+    img = Image.open(tmp_path / "r.png").convert("RGB")
+    probs = m.probabilities(img, ["red", "blue", "a red thing", "red"])
+    assert m.vision.calls == 1
+    assert m.text.calls == 3  # "red" twice: cond cached
+    assert m.decoder.calls == 4
+    assert probs[0].shape == (352, 352)
+    assert probs[0].max() > 0.9 and probs[1].max() < 0.1
+
+
+def test_decoder_binding_order_matters(model, tmp_path):
+    """t3/t6/t9 share one shape; binding t6 first gives a wrong mask, so order must come from slots."""
+    size = (320, 240)
+    px = draw_shape(tmp_path / "r.png", "red", size=size, box=(0.1, 0.2, 0.5, 0.9))
+    img = Image.open(tmp_path / "r.png").convert("RGB")
+    feats = model.image_features(img)
+    cond = model.encode_prompt("red")
+    truth = rect_mask(size, px)
+    right = MaskResult.from_probability("red", model.decode(feats, cond), size)
+    assert iou(right.mask, truth) >= 0.8
+    swapped = Features(feats.t6, feats.t3, feats.t9)
+    wrong = MaskResult.from_probability("red", model.decode(swapped, cond), size)
+    assert iou(wrong.mask, truth) < 0.3
+
+
+def _copy_clipseg(standin_models: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "models"
+    src = standin_models / "clipseg"
+    dst = root / "clipseg"
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        os.symlink(f, dst / f.name)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("name", "cut"),
+    [("token_embedding_f16.bin", 1024), ("text_projection_f16.bin", 2)],
+)
+def test_bad_asset_size_names_the_file(standin_models, tmp_path, name, cut):
+    root = _copy_clipseg(standin_models, tmp_path)
+    target = root / "clipseg" / name
+    data = (standin_models / "clipseg" / name).read_bytes()
+    target.unlink()
+    target.write_bytes(data[:-cut])
+    with pytest.raises(ModelError) as err:
+        ClipSeg.load(ModelDir(root), 1)
+    msg = str(err.value)
+    assert name in msg and f"{len(data):,} bytes" in msg and "\n" not in msg
+
+
+def test_wrong_graph_in_a_slot_is_a_clear_error(standin_models, tmp_path):
+    root = _copy_clipseg(standin_models, tmp_path)
+    vision = root / "clipseg" / "clipseg_vision_fp16.tflite"
+    vision.unlink()
+    shutil.copyfile(standin_models / "clipseg" / "clipseg_decoder.tflite", vision)
+    with pytest.raises(ModelError, match=r"clipseg_vision_fp16\.tflite: expected \[1, 3, 352, 352\]"):
+        ClipSeg.load(ModelDir(root), 1)
+
+
+def test_missing_or_foreign_vocab_is_an_error(standin_models, tmp_path):
+    root = _copy_clipseg(standin_models, tmp_path)
+    vocab = root / "clipseg" / "vocab.json"
+    vocab.unlink()
+    with pytest.raises(ModelError, match="vocab.json: CLIP BPE vocabulary not found"):
+        ClipSeg.load(ModelDir(root), 1)
+    vocab.write_text('{"a": 0, "b": 1}')
+    with pytest.raises(ModelError, match="vocab.json: expected the CLIP BPE vocabulary"):
+        ClipSeg.load(ModelDir(root), 1)
