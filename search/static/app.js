@@ -1,0 +1,339 @@
+// wherein web page: talks to the JSON API of `wherein serve` (see /docs). No build step, no libraries.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { q: "", like: [], minProb: 0, under: "", sort: "score", page: 1, perPage: 48 };
+let hits = [];        // the hits on this page
+let current = -1;     // index in hits of the open detail view
+let maskPrompt = "";  // default prompt from the last search
+let searchSeq = 0;    // drops answers to superseded searches
+let maskSeq = 0;
+
+// -- URL <-> state: the address bar holds the search, so back/forward and reload work ----------
+function readHash() {
+  const p = new URLSearchParams(location.hash.slice(1));
+  state.q = p.get("q") || "";
+  state.like = p.getAll("like").map(Number).filter((n) => Number.isInteger(n) && n > 0);
+  state.minProb = Number(p.get("p")) || 0;
+  state.under = p.get("under") || "";
+  state.sort = p.get("sort") || "score";
+  state.page = Math.max(1, parseInt(p.get("page") || "1", 10) || 1);
+  state.perPage = parseInt(p.get("n") || "48", 10) || 48;
+}
+
+function writeHash() {
+  const p = new URLSearchParams();
+  if (state.q) p.set("q", state.q);
+  state.like.forEach((id) => p.append("like", String(id)));
+  if (state.minProb) p.set("p", String(state.minProb));
+  if (state.under) p.set("under", state.under);
+  if (state.sort !== "score") p.set("sort", state.sort);
+  if (state.page > 1) p.set("page", String(state.page));
+  if (state.perPage !== 48) p.set("n", String(state.perPage));
+  const h = "#" + p.toString();
+  if (location.hash !== h) history.pushState(null, "", h);
+}
+
+function syncControls() {
+  $("q").value = state.q;
+  $("min-prob").value = String(state.minProb);
+  $("min-prob-out").textContent = state.minProb ? state.minProb.toFixed(2) : "off";
+  $("under").value = state.under;
+  $("sort").value = state.sort;
+  $("per-page").value = String(state.perPage);
+  renderChips();
+}
+
+// -- API ------------------------------------------------------------------------------------
+async function api(path, params) {
+  const url = new URL(path, location.origin);
+  for (const [k, v] of Object.entries(params || {})) {
+    if (Array.isArray(v)) v.forEach((x) => url.searchParams.append(k, String(x)));
+    else if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, String(v));
+  }
+  const res = await fetch(url);
+  let body = null;
+  try { body = await res.json(); } catch (_) { /* not JSON */ }
+  if (!res.ok) throw new Error((body && body.error) || `${res.status} ${res.statusText}`);
+  return body;
+}
+
+// -- search ---------------------------------------------------------------------------------
+async function runSearch() {
+  syncControls();
+  const grid = $("grid");
+  if (!state.q.trim() && !state.like.length) {
+    hits = [];
+    grid.replaceChildren(emptyState("Type what you are looking for", "e.g. a red car, beach - people, or open a photo and pick “More like this”."));
+    $("pager").hidden = true;
+    setMessage("");
+    return;
+  }
+  const seq = ++searchSeq;
+  setMessage("Searching…");
+  grid.setAttribute("aria-busy", "true");
+  try {
+    const r = await api("/api/search", {
+      q: state.q, like: state.like, min_probability: state.minProb || null,
+      under: state.under, sort: state.sort, page: state.page, per_page: state.perPage,
+    });
+    if (seq !== searchSeq) return;
+    hits = r.hits;
+    maskPrompt = r.mask_prompt || "";
+    renderGrid(r);
+  } catch (err) {
+    if (seq !== searchSeq) return;
+    hits = [];
+    grid.replaceChildren();
+    $("pager").hidden = true;
+    setMessage(err.message, true);
+  } finally {
+    grid.removeAttribute("aria-busy");
+  }
+}
+
+function renderGrid(r) {
+  const grid = $("grid");
+  const frag = document.createDocumentFragment();
+  r.hits.forEach((h, i) => frag.appendChild(card(h, i)));
+  if (!r.hits.length) frag.appendChild(emptyState("No matches", state.minProb ? "Lower the minimum probability, or change the folder." : "Try other words."));
+  grid.replaceChildren(frag);
+  const first = (r.page - 1) * r.per_page + 1;
+  const last = first + r.hits.length - 1;
+  const of = r.total !== null ? ` of ${r.total}` : r.has_more ? "" : ` of ${last}`;
+  setMessage(r.hits.length ? `Hits ${first}–${last}${of} for ${r.query}` : "");
+  $("pager").hidden = r.page === 1 && !r.has_more;
+  $("prev").disabled = r.page <= 1;
+  $("next").disabled = !r.has_more;
+  $("page-label").textContent = `Page ${r.page}`;
+}
+
+function card(h, i) {
+  const li = document.createElement("li");
+  li.className = "card" + (h.exists ? "" : " missing");
+  li.tabIndex = 0;
+  li.dataset.id = String(h.id);
+  li.setAttribute("aria-label", `${basename(h.path)}${h.probability !== null ? ", probability " + pct(h.probability) : ""}`);
+  const thumb = document.createElement("div");
+  thumb.className = "thumb";
+  const img = document.createElement("img");
+  img.loading = "lazy";
+  img.alt = basename(h.path);
+  img.src = h.thumb_url;
+  thumb.appendChild(img);
+  const meta = document.createElement("div");
+  meta.className = "meta";
+  const name = el("div", "name", basename(h.path));
+  name.title = h.path;
+  const nums = document.createElement("div");
+  nums.className = "nums";
+  nums.append(el("span", "prob", h.probability !== null ? pct(h.probability) : "—"),
+              el("span", "score", `score ${h.score.toFixed(3)}`));
+  meta.append(name, nums);
+  if (h.probability !== null) {
+    const bar = el("div", "bar", "");
+    const fill = document.createElement("i");
+    fill.style.width = `${Math.round(h.probability * 100)}%`;
+    bar.appendChild(fill);
+    meta.appendChild(bar);
+  }
+  li.append(thumb, meta);
+  li.addEventListener("click", () => openDetail(i));
+  li.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); openDetail(i); } });
+  return li;
+}
+
+function renderChips() {
+  const box = $("like-chips");
+  box.replaceChildren();
+  state.like.forEach((id) => {
+    const chip = el("span", "chip", "");
+    const img = document.createElement("img");
+    img.src = `/api/thumb/${id}`;
+    img.alt = "";
+    const x = document.createElement("button");
+    x.type = "button";
+    x.textContent = "×";
+    x.title = "Remove";
+    x.addEventListener("click", () => { state.like = state.like.filter((v) => v !== id); state.page = 1; go(); });
+    chip.append(img, document.createTextNode(`like #${id}`), x);
+    box.appendChild(chip);
+  });
+}
+
+// -- detail view ------------------------------------------------------------------------------
+function openDetail(i) {
+  current = i;
+  const h = hits[i];
+  $("d-name").textContent = basename(h.path);
+  $("d-path").textContent = h.path;
+  $("d-prob").textContent = h.probability !== null ? pct(h.probability) : "— (image query)";
+  $("d-score").textContent = h.score.toFixed(4);
+  $("d-size").textContent = `${h.width ?? "?"} × ${h.height ?? "?"} px · ${humanBytes(h.size)}`;
+  $("d-prompt").value = maskPrompt;
+  if (!$("detail").open) $("detail").showModal();
+  if (maskPrompt) showMask(maskPrompt); else showOriginal();
+}
+
+async function showMask(prompt) {
+  const h = hits[current];
+  const seq = ++maskSeq;
+  clearMaskFacts();
+  $("d-error").hidden = true;
+  $("d-spinner").hidden = false;
+  setView("overlay");
+  try {
+    const m = await api(`/api/mask/${h.id}`, { prompt });
+    if (seq !== maskSeq) return;
+    await loadImage(m.overlay_url);
+    if (seq !== maskSeq) return;
+    $("d-area").textContent = `${(m.mask_area * 100).toFixed(1)} % of the image`;
+    const box = m.bbox && m.bbox.largest;
+    $("d-bbox").textContent = box ? `x ${box[0]}–${box[2]}, y ${box[1]}–${box[3]} (${box[2] - box[0]} × ${box[3] - box[1]} px)` : "none (nothing found)";
+    $("d-regions").textContent = String(m.regions);
+    $("d-mscore").textContent = m.regions ? pct(m.mask_score) : "–";
+    $("d-mask-link").href = m.mask_url;
+    $("d-mask-link").hidden = false;
+  } catch (err) {
+    if (seq !== maskSeq) return;
+    $("d-error").textContent = err.message;
+    $("d-error").hidden = false;
+    showOriginal();
+  } finally {
+    if (seq === maskSeq) $("d-spinner").hidden = true;
+  }
+}
+
+function showOriginal() {
+  const h = hits[current];
+  setView("original");
+  $("d-spinner").hidden = false;
+  loadImage(h.image_url).catch((err) => {
+    $("d-error").textContent = err.message;
+    $("d-error").hidden = false;
+  }).finally(() => { $("d-spinner").hidden = true; });
+}
+
+function loadImage(url) {
+  // Resolves once the image shows; an error answer of the API is turned into its message.
+  return new Promise((resolve, reject) => {
+    const img = $("d-img");
+    img.onload = () => resolve();
+    img.onerror = async () => {
+      try {
+        const res = await fetch(url);
+        const body = await res.json();
+        reject(new Error(body.error || "image failed to load"));
+      } catch (_) { reject(new Error("image failed to load")); }
+    };
+    img.alt = basename(hits[current].path);
+    img.src = url;
+  });
+}
+
+function clearMaskFacts() {
+  for (const id of ["d-area", "d-bbox", "d-regions", "d-mscore"]) $(id).textContent = "…";
+  $("d-mask-link").hidden = true;
+}
+
+function setView(which) {
+  $("v-overlay").classList.toggle("on", which === "overlay");
+  $("v-original").classList.toggle("on", which === "original");
+}
+
+function moreLikeThis() {
+  const h = hits[current];
+  $("detail").close();
+  state.like = [h.id];
+  state.q = "";
+  state.page = 1;
+  go();
+}
+
+// -- helpers ------------------------------------------------------------------------------
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text) e.textContent = text;
+  return e;
+}
+function emptyState(title, text) {
+  const li = el("li", "empty", "");
+  li.append(el("b", "", title), document.createTextNode(text));
+  return li;
+}
+function setMessage(text, isError) {
+  $("message").textContent = text;
+  $("message").classList.toggle("error", !!isError);
+}
+const basename = (p) => p.split(/[\\/]/).pop();
+const pct = (x) => `${(x * 100).toFixed(x < 0.1 ? 1 : 0)} %`;
+function humanBytes(n) {
+  if (n === null || n === undefined) return "?";
+  const units = ["B", "KB", "MB", "GB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+function go() { writeHash(); runSearch(); }
+
+async function loadStatus() {
+  try {
+    const s = await api("/api/status");
+    $("footer").textContent = `${s.images} images indexed · ${s.index}` + (s.standin ? " · stand-in models" : "");
+    if (s.standin) {
+      $("banner").textContent = "Stand-in models: this index was built with the colour-only test models; they only know colours (try “red” or “blue”).";
+      $("banner").hidden = false;
+    }
+    const f = await api("/api/folders");
+    const list = $("folders");
+    list.replaceChildren(...f.folders.slice(0, 500).map((x) => {
+      const o = document.createElement("option");
+      o.value = x.folder;
+      o.label = `${x.count} images`;
+      return o;
+    }));
+  } catch (err) {
+    $("footer").textContent = `status unavailable: ${err.message}`;
+  }
+}
+
+// -- wiring -------------------------------------------------------------------------------------
+document.addEventListener("DOMContentLoaded", () => {
+  $("search-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    state.q = $("q").value.trim();
+    state.page = 1;
+    go();
+  });
+  $("min-prob").addEventListener("input", () => {
+    const v = Number($("min-prob").value);
+    $("min-prob-out").textContent = v ? v.toFixed(2) : "off";
+  });
+  $("min-prob").addEventListener("change", () => { state.minProb = Number($("min-prob").value); state.page = 1; go(); });
+  $("under").addEventListener("change", () => { state.under = $("under").value.trim(); state.page = 1; go(); });
+  $("sort").addEventListener("change", () => { state.sort = $("sort").value; state.page = 1; go(); });
+  $("per-page").addEventListener("change", () => { state.perPage = Number($("per-page").value); state.page = 1; go(); });
+  $("prev").addEventListener("click", () => { state.page = Math.max(1, state.page - 1); go(); window.scrollTo(0, 0); });
+  $("next").addEventListener("click", () => { state.page += 1; go(); window.scrollTo(0, 0); });
+  $("mask-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const p = $("d-prompt").value.trim();
+    if (p) showMask(p);
+  });
+  $("v-overlay").addEventListener("click", () => { const p = $("d-prompt").value.trim(); if (p) showMask(p); });
+  $("v-original").addEventListener("click", () => { maskSeq++; showOriginal(); });
+  $("d-close").addEventListener("click", () => $("detail").close());
+  $("d-like").addEventListener("click", moreLikeThis);
+  $("detail").addEventListener("click", (e) => { if (e.target === $("detail")) $("detail").close(); });
+  $("detail").addEventListener("keydown", (e) => {
+    if (e.target.tagName === "INPUT") return;
+    if (e.key === "ArrowRight" && current < hits.length - 1) openDetail(current + 1);
+    if (e.key === "ArrowLeft" && current > 0) openDetail(current - 1);
+  });
+  window.addEventListener("popstate", () => { readHash(); runSearch(); });
+  readHash();
+  runSearch();
+  loadStatus();
+  if (!state.q) $("q").focus();
+});

@@ -1,0 +1,410 @@
+"""The web app: a FastAPI JSON API over one index, and the static page that uses it.
+
+    from wherein.search.web.app import create_app
+    app = create_app("~/.local/share/wherein/index")      # then: uvicorn.run(app, port=8765)
+
+API (all GET, all read-only apart from INDEX/cache; JSON bodies follow
+schemas/api.*.schema.json and hit.schema.json, errors schemas/api.error.schema.json):
+
+- /api/status                      index counts, models, caches
+- /api/search?q=&like=&unlike=&min_probability=&under=&sort=&page=&per_page=
+- /api/hit/{id}                    one indexed image's catalog record
+- /api/thumb/{id}, /api/image/{id} JPEG thumbnail / large preview (cached)
+- /api/mask/{id}?prompt=           CLIPSeg mask summary (bbox, area, score) + URLs
+- /api/mask/{id}/overlay|mask?prompt=  the overlay JPEG / binary mask PNG
+- /api/folders                     folders holding indexed images, for the folder filter
+
+Images are addressed by catalog id only, and served only while the file is
+still the indexed content (see files.py). The app writes nothing outside
+INDEX/cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import Counter
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import quote
+
+from fastapi import FastAPI, Query
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from wherein.indexer.catalog import Catalog
+from wherein.indexer.errors import IndexError_, ModelError, WhereinError
+from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
+from wherein.search.web import schemas
+from wherein.search.web.files import FileChanged, IndexedFile, NotFound
+from wherein.search.web.masks import KINDS, MaskService, clean_prompt
+from wherein.search.web.thumbs import ResizedCache
+
+log = logging.getLogger("wherein.serve")
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+THUMB_SIDE = 384  # grid tiles are ~200 CSS px: sharp on 2x screens
+PREVIEW_SIDE = 1600
+MAX_PER_PAGE = 200
+PAGE_BLOCK = 200
+MAX_RESULTS = 10_000  # page * per_page: deeper than anyone scrolls
+MAX_ID = 2**62  # SQLite integers are 64-bit: larger values would overflow, not miss
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+# The page needs nothing from elsewhere; /docs loads Swagger UI from a CDN, so it is exempt.
+CSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'"
+
+ImageId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="Catalog id of the image")]
+
+
+def _json_schema_response(component: str, description: str) -> dict:
+    ref = {"$ref": f"#/components/schemas/{component}"}
+    err = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    return {
+        200: {"description": description, "content": {"application/json": {"schema": ref}}},
+        400: {"description": "Bad parameter", **err},
+        404: {"description": "No such image, or its file is gone", **err},
+    }
+
+
+IMAGE_RESPONSES = {
+    200: {"description": "JPEG", "content": {"image/jpeg": {}}},
+    404: {"description": "No such image, or its file is gone"},
+    409: {"description": "The file changed since it was indexed: refused"},
+}
+
+
+class WebState:
+    """What the request handlers share: one Searcher, a catalog connection, caches."""
+
+    def __init__(self, index_dir: Path, models_dir: Path | None, template: str | None) -> None:
+        from wherein.search.api import open_index
+
+        self.searcher = open_index(index_dir, models_dir, template=template)
+        self.index_dir = self.searcher.store.dir
+        self.catalog = Catalog(self.index_dir / "catalog.db", readonly=True)
+        self.db_lock = threading.Lock()
+        self.cache_dir = self.index_dir / "cache"
+        writable = _usable_cache(self.cache_dir)
+        self.thumbs = ResizedCache(self.cache_dir / "thumbs" if writable else None, THUMB_SIDE)
+        self.previews = ResizedCache(self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85)
+        self.masks = MaskService(self.searcher.models.root, self.cache_dir / "masks" if writable else None)
+        self._folders: tuple[tuple, list[dict]] | None = None
+
+    def close(self) -> None:
+        self.catalog.close()
+        self.searcher.close()
+
+    def indexed(self, image_id: int) -> IndexedFile:
+        with self.db_lock:
+            row = self.catalog.rows_by_ids([image_id]).get(image_id)
+        if row is None:
+            raise NotFound(f"image {image_id}: not in this index")
+        return IndexedFile.from_row(row)
+
+    def folders(self) -> list[dict]:
+        with self.db_lock:
+            stamp = (self.catalog.generation, self.catalog.count_images(),
+                     self.catalog.conn.execute("SELECT max(id) FROM images").fetchone()[0])
+            if self._folders is not None and self._folders[0] == stamp:
+                return self._folders[1]
+            counts = Counter(os.path.dirname(p) for (p,) in self.catalog.conn.execute("SELECT path FROM images"))
+        out = [{"folder": f, "count": n} for f, n in sorted(counts.items())]
+        self._folders = (stamp, out)
+        return out
+
+
+def _usable_cache(cache: Path) -> bool:
+    """INDEX/cache may be written: it is a real folder inside the index (not a link elsewhere)."""
+    try:
+        if cache.is_symlink():
+            log.warning("%s is a symbolic link: not caching thumbnails or masks there", cache)
+            return False
+        cache.mkdir(exist_ok=True)
+        return os.access(cache, os.W_OK)
+    except OSError:
+        return False
+
+
+def create_app(
+    index_dir: str | Path | None = None,
+    models_dir: str | Path | None = None,
+    template: str | None = SIGLIP_PROMPT_TEMPLATE,
+    allowed_hosts: list[str] | None = None,
+) -> FastAPI:
+    """The app over one index (opened now: a missing index fails here, not on the first request).
+
+    allowed_hosts: Host header values accepted; default the loopback names, which
+    stops DNS-rebinding pages from reading the API. ["*"] accepts any.
+    """
+    from wherein.indexer import paths as P
+
+    state = WebState(P.index_dir(index_dir), Path(models_dir) if models_dir else None, template)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        state.close()
+
+    app = FastAPI(
+        title="wherein",
+        summary="Find images by what is in them, and see where in each image the match is.",
+        version=_version(),
+        lifespan=lifespan,
+    )
+    app.state.wherein = state
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)
+
+    @app.middleware("http")
+    async def security_headers(request, call_next):
+        response = await call_next(request)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        if not request.url.path.startswith(("/docs", "/redoc")):
+            response.headers.setdefault("Content-Security-Policy", CSP)
+        return response
+
+    _add_error_handlers(app)
+    _add_routes(app, state)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    _add_schemas_to_openapi(app)
+    return app
+
+
+# -- errors --------------------------------------------------------------------------------
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status)
+
+
+def _status_for(exc: WhereinError) -> int:
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, FileChanged):
+        return 409
+    if isinstance(exc, ModelError | IndexError_):
+        return 503
+    return 400
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(WhereinError)
+    async def wherein_error(_request, exc: WhereinError):
+        return _error(_status_for(exc), str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameter(_request, exc: RequestValidationError):
+        parts = []
+        for e in exc.errors():
+            where = ".".join(str(x) for x in e.get("loc", ())[1:]) or "request"
+            got = e.get("input")
+            shown = f" (got {str(got)[:60]!r})" if got is not None and not isinstance(got, dict) else ""
+            parts.append(f"{where}: {e.get('msg', 'invalid')}{shown}")
+        return _error(400, "; ".join(parts) or "bad request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request, exc: StarletteHTTPException):
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if exc.status_code == 404 and message == "Not Found":
+            message = "no such page or API endpoint"
+        return _error(exc.status_code, message)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request, exc: Exception):
+        log.error("error serving %s", request.url.path, exc_info=exc)
+        return _error(500, "internal error: the details are in the server's log")
+
+
+# -- routes --------------------------------------------------------------------------------
+def _urls(f_id: int, sha: str | None) -> dict[str, str]:
+    v = f"?v={sha[:16]}" if sha else ""
+    return {"thumb_url": f"/api/thumb/{f_id}{v}", "image_url": f"/api/image/{f_id}{v}"}
+
+
+def _image_response(result: tuple[Path | bytes, bool], media_type: str = "image/jpeg") -> Response:
+    body, hit = result
+    headers = {"Cache-Control": "private, max-age=86400", "X-Wherein-Cache": "hit" if hit else "miss"}
+    if isinstance(body, Path):
+        return FileResponse(body, media_type=media_type, headers=headers)
+    return Response(body, media_type=media_type, headers=headers)
+
+
+def _add_routes(app: FastAPI, state: WebState) -> None:
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html",
+                            headers={"Cache-Control": "no-cache"})
+
+    @app.get("/api/status", responses=_json_schema_response("StatusResponse", "Index and app status"))
+    def status() -> JSONResponse:
+        from wherein.indexer.status import index_status
+
+        info = index_status(state.searcher.store)
+        info.pop("skipped", None)  # can be long; `wherein status` lists them
+        cache = state.cache_dir
+        thumbs = _count(cache / "thumbs", "*.jpg")
+        previews = _count(cache / "previews", "*.jpg")
+        masks = _count(cache / "masks", "*/*.json")
+        info.update(
+            standin=state.searcher.models.is_standin,
+            models=str(state.searcher.models.root),
+            cache={"dir": str(cache), "writable": state.thumbs.dir is not None, "thumbs": thumbs,
+                   "previews": previews, "masks": masks, "bytes": _du(cache)},
+            masks={"vision_passes": state.masks.vision_passes, "decoder_runs": state.masks.decoder_runs},
+        )
+        return JSONResponse(info)
+
+    @app.get("/api/search", responses=_json_schema_response("SearchResponse", "One page of hits"))
+    def search(
+        q: Annotated[str, Query(max_length=1000, description="Query algebra as in `wherein search`")] = "",
+        like: Annotated[list[int], Query(description="Catalog ids whose indexed vectors join the query")] = [],  # noqa: B006
+        unlike: Annotated[list[int], Query(description="Catalog ids subtracted from the query")] = [],  # noqa: B006
+        min_probability: Annotated[float | None, Query(gt=0, lt=1)] = None,
+        under: Annotated[str | None, Query(max_length=4096, description="Absolute folder")] = None,
+        sort: Literal["score", "date", "path", "size"] = "score",
+        page: Annotated[int, Query(ge=1)] = 1,
+        per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = 48,
+    ) -> JSONResponse:
+        from wherein.search.api import Query as Q
+
+        if page * per_page > MAX_RESULTS:
+            raise _BadRequest(f"page: at most {MAX_RESULTS} results can be paged through; narrow the query")
+        if under is not None:
+            under = under.strip() or None
+        if under is not None and not os.path.isabs(os.path.expanduser(under)):
+            raise _BadRequest("under: give an absolute folder path (e.g. /home/me/Photos)")
+        query = Q.parse(q) if q.strip() else Q()
+        for image_id, add in [(i, True) for i in like] + [(i, False) for i in unlike]:
+            path = _vector_path(state, image_id)
+            query = query.like(path) if add else query.unlike(path)
+        query.validate()
+        end = page * per_page
+        # Fetch in blocks: pages cut from one candidate set stay consistent (no hit on two
+        # pages, none skipped) even where scores tie and FAISS may pick either.
+        k = None if min_probability is not None else min(-(-(end + 1) // PAGE_BLOCK) * PAGE_BLOCK, MAX_RESULTS + 1)
+        hits = state.searcher.search(query, k=k, min_probability=min_probability, under=under, sort=sort)
+        total = len(hits) if min_probability is not None else None
+        chunk = hits[end - per_page : end]
+        prompt = next((t.value for t in query.text_terms if t.weight > 0), None)
+        return JSONResponse({
+            "query": str(query),
+            "mask_prompt": prompt,
+            "page": page,
+            "per_page": per_page,
+            "has_more": len(hits) > end,
+            "total": total,
+            "hits": [{**h.to_dict(), **_urls(h.id, h.sha256)} for h in chunk],
+            "timings": {k: round(v, 2) for k, v in state.searcher.last_timings.items()},
+            "standin": state.searcher.models.is_standin,
+        })
+
+    @app.get("/api/hit/{image_id}", responses=_json_schema_response("ImageRecord", "One indexed image"))
+    def hit(image_id: ImageId) -> JSONResponse:
+        f = state.indexed(image_id)
+        return JSONResponse({
+            "id": f.id, "path": f.path, "folder": os.path.dirname(f.path), "width": f.width,
+            "height": f.height, "size": f.size, "mtime": _iso(f.mtime_ns), "indexed_at": f.indexed_at,
+            "sha256": f.sha256, "format": f.format, "exists": os.path.exists(f.path),
+            **_urls(f.id, f.sha256),
+        })
+
+    @app.get("/api/thumb/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
+    def thumb(image_id: ImageId) -> Response:
+        return _image_response(state.thumbs.get(state.indexed(image_id)))
+
+    @app.get("/api/image/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
+    def image(image_id: ImageId) -> Response:
+        return _image_response(state.previews.get(state.indexed(image_id)))
+
+    @app.get("/api/mask/{image_id}", responses=_json_schema_response("MaskResponse", "Where the prompt matches"))
+    def mask(image_id: ImageId, prompt: Annotated[str, Query(max_length=1000)]) -> JSONResponse:
+        f = state.indexed(image_id)
+        p = clean_prompt(prompt)
+        entry = state.masks.get(f, p)
+        qs = f"?prompt={quote(p)}&v={f.sha256[:16]}"
+        return JSONResponse({
+            **entry.summary,
+            "overlay_url": f"/api/mask/{f.id}/overlay{qs}",
+            "mask_url": f"/api/mask/{f.id}/mask{qs}",
+        })
+
+    @app.get("/api/mask/{image_id}/{kind}", response_class=Response,
+             responses={200: {"description": "overlay JPEG or mask PNG",
+                              "content": {"image/jpeg": {}, "image/png": {}}}})
+    def mask_file(image_id: ImageId, kind: Literal["overlay", "mask"],
+                  prompt: Annotated[str, Query(max_length=1000)]) -> Response:
+        entry = state.masks.get(state.indexed(image_id), clean_prompt(prompt))
+        return _image_response((entry.files[kind], bool(entry.summary.get("cached"))), KINDS[kind][1])
+
+    @app.get("/api/folders")
+    def folders() -> JSONResponse:
+        """Folders that hold indexed images (for the folder filter), with image counts."""
+        return JSONResponse({"folders": state.folders()})
+
+
+class _BadRequest(WhereinError):
+    pass
+
+
+def _vector_path(state: WebState, image_id: int) -> str:
+    """The indexed path of a "more like this" image, if its stored vector will be used as is."""
+    if not 1 <= image_id <= MAX_ID:
+        raise _BadRequest(f"like: {image_id} is not a catalog id")
+    f = state.indexed(image_id)
+    try:
+        st = os.stat(f.path)
+    except OSError:
+        raise NotFound(f"image {image_id}: its file is gone; re-run wherein index") from None
+    # The search uses the catalog's vector only while size and time match; otherwise it would
+    # embed whatever is at the path now. Refuse that here.
+    if st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
+        raise FileChanged(f"image {image_id}: the file changed since it was indexed; re-run wherein index")
+    return f.path
+
+
+def _iso(mtime_ns: int) -> str:
+    """The hit schema's time format: ISO 8601, UTC, whole seconds."""
+    from datetime import UTC, datetime
+
+    t = datetime.fromtimestamp(mtime_ns / 1e9, tz=UTC)
+    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _count(folder: Path, pattern: str) -> int:
+    return sum(1 for _ in folder.glob(pattern)) if folder.is_dir() else 0
+
+
+def _du(folder: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def _add_schemas_to_openapi(app: FastAPI) -> None:
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes,
+                              description=(__doc__ or "").split("\n\n", 1)[0])
+            doc.setdefault("components", {}).setdefault("schemas", {}).update(schemas.openapi_components())
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("wherein")
+    except Exception:  # noqa: BLE001 - a source checkout without metadata
+        return "0"

@@ -1,0 +1,173 @@
+"""CLIPSeg masks for the web app: computed on demand, kept under INDEX/cache/masks.
+
+INDEX/cache/masks/<id>-<sha256[:16]>/<prompt-slug>-<sha256(prompt)[:12]>.{json,overlay.jpg,mask.png}
+
+The vision pass (the expensive part) of the last few images is kept in memory,
+so trying several prompts on one image costs one vision pass and one decoder
+run per prompt. The prompt only reaches file names as a slug plus a hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from wherein.indexer.errors import WhereinError
+from wherein.indexer.imaging import DecodeError, decode
+from wherein.search.web.files import FileChanged, IndexedFile, read_verified
+from wherein.search.web.thumbs import _write_atomic
+
+MAX_PROMPT_CHARS = 200
+FEATURE_CACHE = 6  # vision outputs are ~4.5 MB per image
+MEMORY_CACHE = 32  # results kept in memory when the index folder is read-only
+KINDS = {"overlay": ("overlay.jpg", "image/jpeg"), "mask": ("mask.png", "image/png")}
+
+
+class BadPrompt(WhereinError):
+    """The mask prompt is empty or too long (HTTP 400)."""
+
+
+@dataclass
+class MaskEntry:
+    summary: dict[str, Any]  # MaskResult.summary() plus id and cached
+    files: dict[str, Path | bytes]  # kind -> file on disk, or bytes kept in memory
+
+
+def clean_prompt(prompt: str | None) -> str:
+    p = " ".join((prompt or "").split())
+    if not p:
+        raise BadPrompt("prompt: give some text to segment")
+    if len(p) > MAX_PROMPT_CHARS:
+        raise BadPrompt(f"prompt: at most {MAX_PROMPT_CHARS} characters")
+    return p
+
+
+def prompt_key(prompt: str) -> str:
+    from wherein.search.masking import slug
+
+    return f"{slug(prompt)}-{hashlib.sha256(prompt.encode()).hexdigest()[:12]}"
+
+
+class MaskService:
+    def __init__(self, models_root: Path, cache_dir: Path | None, threads: int | None = None) -> None:
+        self.models_root = Path(models_root)
+        self.dir = cache_dir
+        self.threads = threads
+        self.vision_passes = 0
+        self.decoder_runs = 0
+        self._features: OrderedDict[str, tuple[Image.Image, tuple[int, int], Any]] = OrderedDict()
+        self._memory: OrderedDict[str, MaskEntry] = OrderedDict()
+        self._lock = threading.Lock()
+        self._image_locks: dict[str, threading.Lock] = {}
+
+    @property
+    def model(self):
+        from wherein.search.clipseg import load_cached
+
+        return load_cached(self.models_root, self.threads)
+
+    def get(self, f: IndexedFile, prompt: str) -> MaskEntry:
+        prompt = clean_prompt(prompt)
+        pkey = prompt_key(prompt)
+        entry = self._cached(f, pkey)
+        if entry is not None:
+            return entry
+        with self._image_lock(f.key):  # one vision pass per image, however many prompts arrive at once
+            entry = self._cached(f, pkey)
+            if entry is not None:
+                return entry
+            return self._compute(f, prompt, pkey)
+
+    # -- internals ---------------------------------------------------------------------
+    def _folder(self, f: IndexedFile) -> Path | None:
+        return self.dir / f.key if self.dir is not None else None
+
+    def _cached(self, f: IndexedFile, pkey: str) -> MaskEntry | None:
+        with self._lock:
+            mem = self._memory.get(f"{f.key}/{pkey}")
+        if mem is not None:
+            return MaskEntry({**mem.summary, "cached": True}, mem.files)
+        folder = self._folder(f)
+        if folder is None:
+            return None
+        meta = folder / f"{pkey}.json"
+        files = {kind: folder / f"{pkey}.{suffix}" for kind, (suffix, _) in KINDS.items()}
+        if not meta.is_file() or not all(p.is_file() for p in files.values()):
+            return None
+        try:
+            summary = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return MaskEntry({**summary, "cached": True}, dict(files))
+
+    def _compute(self, f: IndexedFile, prompt: str, pkey: str) -> MaskEntry:
+        from wherein.search.masking import MaskResult
+
+        model = self.model
+        image, size, feats = self._vision(f, model)
+        res = MaskResult.from_probability(prompt, model.decode(feats, model.encode_prompt(prompt)), size)
+        self.decoder_runs += 1
+        summary = {"id": f.id, **res.summary()}
+        blobs = {"overlay": _jpeg(res.overlay(image)), "mask": _png(res)}
+        folder = self._folder(f)
+        if folder is not None:
+            try:
+                files: dict[str, Path | bytes] = {}
+                for kind, (suffix, _) in KINDS.items():
+                    path = folder / f"{pkey}.{suffix}"
+                    _write_atomic(path, blobs[kind])
+                    files[kind] = path
+                _write_atomic(folder / f"{pkey}.json", json.dumps(summary).encode())  # last: marks complete
+                return MaskEntry({**summary, "cached": False}, files)
+            except OSError:
+                self.dir = None  # read-only index: keep results in memory from now on
+        entry = MaskEntry(summary, dict(blobs))
+        with self._lock:
+            self._memory[f"{f.key}/{pkey}"] = entry
+            while len(self._memory) > MEMORY_CACHE:
+                self._memory.popitem(last=False)
+        return MaskEntry({**summary, "cached": False}, entry.files)
+
+    def _vision(self, f: IndexedFile, model):
+        with self._lock:
+            got = self._features.get(f.key)
+            if got is not None:
+                self._features.move_to_end(f.key)
+                return got
+        from wherein.search.masking import OVERLAY_MAX_SIDE
+
+        try:
+            image, size = decode(read_verified(f), draft_size=OVERLAY_MAX_SIDE // 2)
+        except DecodeError as exc:
+            raise FileChanged(f"image {f.id}: the indexed file no longer decodes ({exc})") from None
+        feats = model.image_features(image)
+        self.vision_passes += 1
+        with self._lock:
+            self._features[f.key] = (image, size, feats)
+            while len(self._features) > FEATURE_CACHE:
+                self._features.popitem(last=False)
+        return image, size, feats
+
+    def _image_lock(self, key: str) -> threading.Lock:
+        with self._lock:
+            return self._image_locks.setdefault(key, threading.Lock())
+
+
+def _jpeg(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=88)
+    return buf.getvalue()
+
+
+def _png(res) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(res.mask).save(buf, "PNG")
+    return buf.getvalue()

@@ -1,0 +1,77 @@
+"""Resized JPEGs of indexed images (grid thumbnails, detail previews), made once and kept on disk.
+
+INDEX/cache/thumbs/<id>-<sha256[:16]>.jpg: keyed by the indexed content, so a
+file that changes and is re-indexed gets a new entry (old ones are just unused).
+Entries are written to a temporary name and renamed, so a reader never sees a
+half-written JPEG. When the index folder is read-only, images are made per
+request and not kept.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from PIL import Image
+
+from wherein.indexer.imaging import DecodeError, decode
+from wherein.search.web.files import FileChanged, IndexedFile, read_verified
+
+
+class ResizedCache:
+    def __init__(self, directory: Path | None, max_side: int, quality: int = 82) -> None:
+        self.dir = directory
+        self.max_side = max_side
+        self.quality = quality
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def path_for(self, f: IndexedFile) -> Path | None:
+        return self.dir / f"{f.key}.jpg" if self.dir is not None else None
+
+    def get(self, f: IndexedFile) -> tuple[Path | bytes, bool]:
+        """(cached file, True) or (made now: the file, or bytes when it cannot be kept; False)."""
+        path = self.path_for(f)
+        if path is not None and path.is_file():
+            return path, True
+        with self._lock_for(f.key):  # two requests for one new thumbnail make it once
+            if path is not None and path.is_file():
+                return path, True
+            data = self.render(read_verified(f))
+            if path is None:
+                return data, False
+            try:
+                _write_atomic(path, data)
+            except OSError:
+                self.dir = None  # read-only index: stop trying, serve from memory
+                return data, False
+            return path, False
+
+    def render(self, data: bytes) -> bytes:
+        try:
+            img, _ = decode(data, draft_size=self.max_side)
+        except DecodeError as exc:
+            raise FileChanged(f"the indexed file no longer decodes ({exc})") from None
+        img.thumbnail((self.max_side, self.max_side), Image.LANCZOS)
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=self.quality, optimize=True)
+        return buf.getvalue()
+
+    def _lock_for(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,108 @@
+"""End to end in a real browser: `wherein serve` on a loopback port, headless Chromium types a
+query, sees the red images first, opens a hit and sees its mask overlay, box and area."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from wherein.search.web.app import create_app
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOT_COPY = Path(__file__).resolve().parent.parent / "bench" / "results" / "serve-screenshot.png"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                       "(apt-get install chromium)"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def server(standin_models, shapes, tmp_path):
+    import uvicorn
+    from click.testing import CliRunner
+
+    from wherein.search.cli import cli
+
+    index = tmp_path / "index"
+    r = CliRunner().invoke(cli, ["index", str(shapes), "--index", str(index), "--models", str(standin_models), "-q"])
+    assert r.exit_code == 0, r.output
+    port = free_port()
+    config = uvicorn.Config(create_app(index, standin_models), host="127.0.0.1", port=port, log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(10)
+
+
+def test_search_open_a_hit_and_see_its_mask(server, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the [browser] extra (playwright)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            # bypass_csp: the page's CSP forbids eval, which Playwright's wait_for_function uses.
+            page = browser.new_page(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server + "/")
+            page.fill("#q", "red")
+            page.press("#q", "Enter")
+            page.wait_for_selector("#grid .card")
+            names = page.eval_on_selector_all("#grid .card .name", "els => els.map(e => e.textContent)")
+            assert len(names) == 6
+            assert set(names[:2]) == {"red_square.jpg", "red_disc.png"}, names
+            probs = page.eval_on_selector_all("#grid .card .prob", "els => els.map(e => e.textContent)")
+            assert probs[0].endswith("%") and float(probs[0].rstrip(" %")) > 50
+            page.wait_for_function(
+                "[...document.querySelectorAll('#grid .card img')].every(i => i.complete && i.naturalWidth > 0)")
+            page.screenshot(path=str(tmp_path / "grid.png"))
+
+            page.click("#grid .card >> nth=0")
+            page.wait_for_selector("#detail[open]")
+            page.wait_for_function(
+                "document.getElementById('d-img').naturalWidth > 0"
+                " && document.getElementById('d-img').src.includes('/overlay')"
+                " && document.getElementById('d-bbox').textContent.startsWith('x ')", timeout=60_000)
+            area = page.text_content("#d-area")
+            bbox = page.text_content("#d-bbox")
+            assert "% of the image" in area and 30 < float(area.split("%")[0]) < 70, area
+            assert "px" in bbox, bbox
+            shot = tmp_path / "serve-screenshot.png"
+            page.screenshot(path=str(shot))
+
+            # Another prompt on the same image: blue finds nothing on a red image.
+            page.fill("#d-prompt", "blue")
+            page.press("#d-prompt", "Enter")
+            page.wait_for_function("document.getElementById('d-bbox').textContent.startsWith('none')")
+
+            # More like this: an image query from the hit's indexed vector.
+            page.click("#d-like")
+            page.wait_for_selector(".chip")
+            page.wait_for_function("document.querySelector('#message').textContent.startsWith('Hits')")
+            like_names = page.eval_on_selector_all("#grid .card .name", "els => els.map(e => e.textContent)")
+            assert set(like_names[:2]) == {"red_square.jpg", "red_disc.png"}, like_names
+            assert errors == []
+        finally:
+            browser.close()
+    SCREENSHOT_COPY.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, SCREENSHOT_COPY)
