@@ -40,8 +40,7 @@ def walk(
         try:
             st = os.stat(root)
         except OSError as exc:
-            if problems is not None:
-                problems.append(WalkProblem(root, _reason(exc)))
+            _note(problems, root, exc)
             continue
         if not os.path.isdir(root):
             if is_image_name(root) and root not in seen_files:
@@ -58,8 +57,7 @@ def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[
         try:
             st = os.stat(d)
         except OSError as exc:
-            if problems is not None:
-                problems.append(WalkProblem(d, _reason(exc)))
+            _note(problems, d, exc)
             continue
         key = (st.st_dev, st.st_ino)
         if key in seen_dirs:
@@ -69,8 +67,7 @@ def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[
             with os.scandir(d) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            if problems is not None:
-                problems.append(WalkProblem(d, _reason(exc)))
+            _note(problems, d, exc)
             continue
         subdirs = []
         for e in entries:
@@ -86,13 +83,13 @@ def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[
                     est = e.stat(follow_symlinks=True)
                     yield FoundFile(e.path, est.st_size, est.st_mtime_ns)
             except OSError as exc:
-                if problems is not None:
-                    problems.append(WalkProblem(e.path, _reason(exc)))
+                _note(problems, e.path, exc)
         stack.extend(reversed(subdirs))
 
 
-def _reason(exc: OSError) -> str:
-    return exc.strerror.lower() if exc.strerror else str(exc)
+def _note(problems: list[WalkProblem] | None, path: str, exc: OSError) -> None:
+    if problems is not None:
+        problems.append(WalkProblem(path, exc.strerror.lower() if exc.strerror else str(exc)))
 
 
 def under_any(path: str, roots: list[str]) -> bool:

@@ -11,7 +11,9 @@ features that are not declared here yet: they are merged into the JSON form.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,14 @@ HIT_CORE_FIELDS = (
 )
 # Present only when set (issue 4: masks).
 HIT_MASK_FIELDS = ("mask_path", "overlay_path", "bbox", "mask_area", "mask_score")
+
+
+def iso_time(mtime_ns: int | None) -> str | None:
+    """The schemas' time format: ISO 8601, UTC, whole seconds, 'Z'."""
+    if mtime_ns is None:
+        return None
+    t = datetime.fromtimestamp(mtime_ns / 1e9, tz=UTC)
+    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -69,6 +79,35 @@ class Hit:
     mask_area: float | None = None  # fraction of the image covered by the mask
     mask_score: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(
+        cls,
+        row: dict[str, Any],
+        rank: int,
+        score: float,
+        probability: float | None = None,
+        check_exists: bool = True,
+        extra: dict[str, Any] | None = None,
+    ) -> Hit:
+        """A Hit from a catalog row (``Catalog.rows_by_ids``)."""
+        return cls(
+            rank=rank,
+            path=row["path"],
+            score=float(score),
+            probability=None if probability is None else float(probability),
+            width=row["width"],
+            height=row["height"],
+            id=int(row["id"]),
+            size=row["size"],
+            mtime=iso_time(row["mtime_ns"]),
+            indexed_at=row["indexed_at"],
+            sha256=row["sha256"],
+            format=row["format"],
+            exists=os.path.exists(row["path"]) if check_exists else True,
+            mtime_ns=row["mtime_ns"],
+            extra=dict(extra or {}),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: core fields always, mask fields and extra when set."""

@@ -43,7 +43,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -355,21 +354,12 @@ class Searcher:
             if row is None:  # deleted between the vector read and now
                 continue
             hits.append(
-                Hit(
-                    rank=len(hits) + 1,
-                    path=row["path"],
-                    score=float(scores[i]),
-                    probability=float(probs[i]) if probs is not None else None,
-                    width=row["width"],
-                    height=row["height"],
-                    id=int(row["id"]),
-                    size=row["size"],
-                    mtime=_iso(row["mtime_ns"]),
-                    indexed_at=row["indexed_at"],
-                    sha256=row["sha256"],
-                    format=row["format"],
-                    exists=os.path.exists(row["path"]) if check_exists else True,
-                    mtime_ns=row["mtime_ns"],
+                Hit.from_row(
+                    row,
+                    len(hits) + 1,
+                    scores[i],
+                    float(probs[i]) if probs is not None else None,
+                    check_exists=check_exists,
                 )
             )
         return hits
@@ -437,13 +427,6 @@ def _glob_matcher(pattern: str):
     if not pat.startswith("/"):
         pat = "*/" + pat
     return lambda path: fnmatch.fnmatchcase(path.lower(), pat)
-
-
-def _iso(mtime_ns: int | None) -> str | None:
-    if mtime_ns is None:
-        return None
-    t = datetime.fromtimestamp(mtime_ns / 1e9, tz=UTC)
-    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _sort(hits: list[Hit], key: str, reverse: bool) -> None:

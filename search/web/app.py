@@ -41,6 +41,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from wherein.indexer.catalog import Catalog
 from wherein.indexer.errors import IndexError_, ModelError, WhereinError
 from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
+from wherein.schemas.records import iso_time
 from wherein.search.web import schemas
 from wherein.search.web.files import FileChanged, IndexedFile, NotFound
 from wherein.search.web.masks import KINDS, MaskService, clean_prompt
@@ -307,7 +308,7 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         f = state.indexed(image_id)
         return JSONResponse({
             "id": f.id, "path": f.path, "folder": os.path.dirname(f.path), "width": f.width,
-            "height": f.height, "size": f.size, "mtime": _iso(f.mtime_ns), "indexed_at": f.indexed_at,
+            "height": f.height, "size": f.size, "mtime": iso_time(f.mtime_ns), "indexed_at": f.indexed_at,
             "sha256": f.sha256, "format": f.format, "exists": os.path.exists(f.path),
             **_urls(f.id, f.sha256),
         })
@@ -364,14 +365,6 @@ def _vector_path(state: WebState, image_id: int) -> str:
     if st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
         raise FileChanged(f"image {image_id}: the file changed since it was indexed; re-run wherein index")
     return f.path
-
-
-def _iso(mtime_ns: int) -> str:
-    """The hit schema's time format: ISO 8601, UTC, whole seconds."""
-    from datetime import UTC, datetime
-
-    t = datetime.fromtimestamp(mtime_ns / 1e9, tz=UTC)
-    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _count(folder: Path, pattern: str) -> int:
