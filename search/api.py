@@ -125,9 +125,10 @@ class Searcher:
     # -- models (lazy) ---------------------------------------------------------
     @property
     def text_tower(self):
-        from wherein.search.text_tower import load_text_tower
+        # A converted text tower (.tflite) serves queries without torch; else open_clip.
+        from wherein.search.text_tower_litert import load_query_encoder
 
-        return load_text_tower(str(self.models.root))
+        return load_query_encoder(str(self.models.root))
 
     @property
     def image_tower(self):

@@ -19,7 +19,27 @@ from wherein.indexer.modeldir import ModelDir
 from wherein.schemas.models import SIGLIP_TEXT
 
 
-class TextTower:
+class CalibratedScores:
+    """SigLIP's calibration, shared by the torch and the LiteRT text towers.
+
+    logit_scale here is exp() of the model's parameter, i.e. the multiplier itself.
+    """
+
+    logit_scale: float
+    logit_bias: float
+
+    def probability(self, cosine: np.ndarray | float) -> np.ndarray:
+        """SigLIP's calibrated sigmoid: p = sigmoid(exp(logit_scale) * cos + logit_bias)."""
+        z = self.logit_scale * np.asarray(cosine, dtype=np.float64) + self.logit_bias
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def cosine_for_probability(self, p: float) -> float:
+        """The cosine at which the calibrated probability equals p (for thresholds)."""
+        p = min(max(p, 1e-9), 1 - 1e-9)
+        return (math.log(p / (1 - p)) - self.logit_bias) / self.logit_scale
+
+
+class TextTower(CalibratedScores):
     def __init__(self, directory: Path, space: str) -> None:
         import open_clip
         import torch
@@ -61,16 +81,6 @@ class TextTower:
             tokens = self.tokenizer(list(texts))
             out = self.model.encode_text(tokens, normalize=True)
         return out.float().numpy()
-
-    def probability(self, cosine: np.ndarray | float) -> np.ndarray:
-        """SigLIP's calibrated sigmoid: p = sigmoid(exp(logit_scale) * cos + logit_bias)."""
-        z = self.logit_scale * np.asarray(cosine, dtype=np.float64) + self.logit_bias
-        return 1.0 / (1.0 + np.exp(-z))
-
-    def cosine_for_probability(self, p: float) -> float:
-        """The cosine at which the calibrated probability equals p (for thresholds)."""
-        p = min(max(p, 1e-9), 1 - 1e-9)
-        return (math.log(p / (1 - p)) - self.logit_bias) / self.logit_scale
 
 
 @lru_cache(maxsize=4)
