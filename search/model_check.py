@@ -66,6 +66,18 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
 
     add("siglip2-text", "open_clip_config.json", f"open_clip SigLIP, [n,{SIGLIP_EMBED_DIM}]", text)
 
+    from wherein.search.text_tower_litert import TEXT_GRAPH, LiteRTTextTower, has_litert_text
+
+    if has_litert_text(md.root):  # a converted, torch-free text tower
+
+        def litert_text():
+            tower = LiteRTTextTower.from_models(md)
+            if tower.dim != SIGLIP_EMBED_DIM:
+                raise WhereinError(f"text embedding has {tower.dim} dims")
+            return f"[n,{tower.dim}], scale {tower.logit_scale:.2f}, bias {tower.logit_bias:.2f}"
+
+        add("siglip2-text", TEXT_GRAPH, f"LiteRT tokens -> [1,{SIGLIP_EMBED_DIM}]", litert_text)
+
     for g in CLIPSEG.graphs:
 
         def graph(g=g):

@@ -231,6 +231,29 @@ def test_query_needs_no_torch_with_litert_text(litert_text_models):
     assert r.stdout.strip() == "LiteRTTextTower"
 
 
+def test_search_uses_litert_text_tower_without_torch(litert_text_models, shapes, tmp_path):
+    code = (
+        "import json, sys\n"
+        "from click.testing import CliRunner\n"
+        "from wherein.search.cli import cli\n"
+        f"args = ['--index', {str(tmp_path / 'idx')!r}, '--models', {str(litert_text_models)!r}]\n"
+        f"r = CliRunner().invoke(cli, ['index', {str(shapes)!r}, '-q', *args])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "r = CliRunner().invoke(cli, ['search', 'red', '--json', '-k', '2', *args])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(json.dumps([h['path'] for h in json.loads(r.output[r.output.index('['):])]))\n"
+        "print('torch' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    paths, torch_loaded = r.stdout.strip().splitlines()[-2:]
+    assert sorted(Path(p).name for p in json.loads(paths)) == ["red_disc.png", "red_square.jpg"]
+    assert torch_loaded == "False"
+    check = CliRunner().invoke(_cli(), ["models", "check", str(litert_text_models), "--json"])
+    assert check.exit_code == 0, check.output
+    assert "text_tower.tflite" in {row["file"] for row in json.loads(check.output)["checks"]}
+
+
 def test_query_encoder_falls_back_to_torch(standin_models):
     from wherein.search.text_tower import TextTower
     from wherein.search.text_tower_litert import load_query_encoder
