@@ -186,6 +186,12 @@ class Searcher:
         return self.template.format(text.strip().rstrip(".!?;,").strip())
 
     def _embed_image(self, term: Term) -> np.ndarray:
+        if term.kind == "indexed":
+            with self._lock:
+                ids, vecs = self.store.catalog.vectors_for([int(term.value)])
+            if not len(ids):
+                raise QueryError(f"image {term.value} is not in the index")
+            return _unit(vecs)[0]
         path = Path(term.value).expanduser()
         if not path.is_file():
             raise QueryError(f"{term.value}: no such image file (--like)")

@@ -42,12 +42,12 @@ _WEIGHT = re.compile(r"^(?P<body>.*?):(?P<w>[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d
 
 @dataclass(frozen=True)
 class Term:
-    kind: str  # "text" | "image"
-    value: str  # the text, or the image path
+    kind: str  # "text" | "image" (a file) | "indexed" (a catalog id: its stored vector)
+    value: str  # the text, the image path, or the catalog id
     weight: float = 1.0  # signed: negative terms push results away
 
     def __post_init__(self) -> None:
-        if self.kind not in ("text", "image"):
+        if self.kind not in ("text", "image", "indexed"):
             raise QueryError(f"unknown term kind {self.kind!r}")
         if not self.value.strip():
             raise QueryError("empty query term")
@@ -55,7 +55,7 @@ class Term:
     def describe(self) -> str:
         sign = "-" if self.weight < 0 else "+"
         w = abs(self.weight)
-        body = f"@{self.value}" if self.kind == "image" else repr(self.value)
+        body = {"image": f"@{self.value}", "indexed": f"@#{self.value}"}.get(self.kind, repr(self.value))
         return f"{sign} {body}" + ("" if w == 1 else f":{w:g}")
 
 
@@ -104,6 +104,10 @@ class Query:
     def unlike(self, path: str | Path, weight: float = 1.0) -> Query:
         return Query((*self.terms, Term("image", str(path), -abs(weight))))
 
+    def like_id(self, image_id: int, weight: float = 1.0) -> Query:
+        """More like an indexed image, by its stored vector (no file access)."""
+        return Query((*self.terms, Term("indexed", str(int(image_id)), weight)))
+
     # -- reading ------------------------------------------------------------
     @property
     def text_terms(self) -> tuple[Term, ...]:
@@ -111,7 +115,7 @@ class Query:
 
     @property
     def image_terms(self) -> tuple[Term, ...]:
-        return tuple(t for t in self.terms if t.kind == "image")
+        return tuple(t for t in self.terms if t.kind != "text")
 
     @property
     def has_text(self) -> bool:

@@ -182,6 +182,19 @@ def test_like_mixes_with_text(indexed):
     assert set(names(search_json("blue", "--like", indexed / "red_square.jpg", "-p", "0.5"))) == BLUE
 
 
+def test_like_an_indexed_id_uses_its_stored_vector(indexed, env):
+    from wherein.search.api import Query, QueryError, open_index
+
+    with open_index(env["index"], env["models"]) as s:
+        red_id = next(h.id for h in s.search("red", k=1))
+        (indexed / "red_square.jpg").unlink()  # the file is not needed: the vector is stored
+        (indexed / "red_disc.png").unlink()
+        hits = s.search(Query().like_id(red_id), k=2)
+        assert {Path(h.path).name for h in hits} == RED
+        with pytest.raises(QueryError, match="not in the index"):
+            s.search(Query().like_id(10_000))
+
+
 def test_min_probability_needs_text(indexed):
     r = run("search", "--like", indexed / "red_square.jpg", "-p", "0.5", ok=False)
     assert r.exit_code == 1 and "needs a text term" in r.output

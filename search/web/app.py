@@ -280,8 +280,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
             raise _BadRequest("under: give an absolute folder path (e.g. /home/me/Photos)")
         query = Q.parse(q) if q.strip() else Q()
         for image_id, add in [(i, True) for i in like] + [(i, False) for i in unlike]:
-            path = _vector_path(state, image_id)
-            query = query.like(path) if add else query.unlike(path)
+            _check_indexed(state, image_id)
+            query = query.like_id(image_id, 1.0 if add else -1.0)
         query.validate()
         end = page * per_page
         # Fetch in blocks: pages cut from one candidate set stay consistent (no hit on two
@@ -351,20 +351,11 @@ class _BadRequest(WhereinError):
     pass
 
 
-def _vector_path(state: WebState, image_id: int) -> str:
-    """The indexed path of a "more like this" image, if its stored vector will be used as is."""
+def _check_indexed(state: WebState, image_id: int) -> None:
+    """A "more like this" id must be a catalog row; its stored vector is used, not the file."""
     if not 1 <= image_id <= MAX_ID:
         raise _BadRequest(f"like: {image_id} is not a catalog id")
-    f = state.indexed(image_id)
-    try:
-        st = os.stat(f.path)
-    except OSError:
-        raise NotFound(f"image {image_id}: its file is gone; re-run wherein index") from None
-    # The search uses the catalog's vector only while size and time match; otherwise it would
-    # embed whatever is at the path now. Refuse that here.
-    if st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
-        raise FileChanged(f"image {image_id}: the file changed since it was indexed; re-run wherein index")
-    return f.path
+    state.indexed(image_id)
 
 
 def _count(folder: Path, pattern: str) -> int:
