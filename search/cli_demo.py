@@ -75,6 +75,6 @@ def register(cli: click.Group) -> None:
             if "--mask" in args:
                 click.echo(f"\nMasks and overlays: {out}")
         click.echo(
-            f"\nNext: export WHEREIN_INDEX={index_dir} WHEREIN_MODELS={models.root}, then try "
+            f"\nNext: export WHEREIN_INDEX={index_dir.resolve()} WHEREIN_MODELS={models.root.resolve()}, then try "
             '`wherein search "blue"` or `wherein index ~/Pictures`.'
         )
