@@ -6,8 +6,10 @@ as a skip and goes on.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +156,33 @@ def clipseg_input(img: Image.Image, size: int = CLIPSEG_IMAGE_SIZE) -> np.ndarra
     x = np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.float32)
     x = (x - _CLIPSEG_MEAN) * _CLIPSEG_SCALE
     return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+@dataclass
+class Prepared:
+    """One file's bytes, ready for the image tower (or the reason they are not)."""
+
+    sha256: str = ""
+    width: int = 0
+    height: int = 0
+    pixels: np.ndarray | None = None  # [3,224,224] float32; None when error is set
+    error: str = ""
+
+
+def prepare_for_siglip(data: bytes, draft: bool = True) -> Prepared:
+    """Hash, decode and preprocess — the one path both indexers (local, sharded) use,
+    so identical files give identical vectors."""
+    res = Prepared(sha256=hashlib.sha256(data).hexdigest())
+    if not data:
+        res.error = "empty file"
+        return res
+    try:
+        img, (res.width, res.height) = decode(data, draft_size=SIGLIP_IMAGE_SIZE if draft else None)
+        res.pixels = siglip_input(img)
+    except DecodeError as exc:
+        res.error = str(exc)
+    return res
+
+
+def read_error(exc: OSError) -> str:
+    return f"cannot read: {exc.strerror.lower() if exc.strerror else exc}"

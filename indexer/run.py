@@ -9,7 +9,6 @@ end (and on the next open, if the run never reached its end).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections import deque
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer.image_tower import ImageTower
-from wherein.indexer.imaging import DecodeError, decode, siglip_input
+from wherein.indexer.imaging import Prepared, prepare_for_siglip, read_error
 from wherein.indexer.store import IndexStore
 from wherein.indexer.walk import FoundFile, WalkProblem, under_any, walk
 
@@ -60,11 +59,15 @@ class _Work:
 @dataclass
 class _Result:
     work: _Work
-    sha256: str = ""
-    pixels: np.ndarray | None = None
-    width: int = 0
-    height: int = 0
-    error: str = ""
+    prepared: Prepared
+
+    @property
+    def sha256(self) -> str:
+        return self.prepared.sha256
+
+    @property
+    def error(self) -> str:
+        return self.prepared.error
 
 
 def _now() -> str:
@@ -72,23 +75,12 @@ def _now() -> str:
 
 
 def _load(work: _Work, draft: bool) -> _Result:
-    res = _Result(work)
     try:
         with open(work.found.path, "rb") as f:
             data = f.read()
     except OSError as exc:
-        res.error = f"cannot read: {exc.strerror.lower() if exc.strerror else exc}"
-        return res
-    res.sha256 = hashlib.sha256(data).hexdigest()
-    if not data:
-        res.error = "empty file"
-        return res
-    try:
-        img, (res.width, res.height) = decode(data, draft_size=224 if draft else None)
-        res.pixels = siglip_input(img)
-    except DecodeError as exc:
-        res.error = str(exc)
-    return res
+        return _Result(work, Prepared(error=read_error(exc)))
+    return _Result(work, prepare_for_siglip(data, draft))
 
 
 class Indexer:
@@ -281,7 +273,7 @@ class Indexer:
             stats.copied += 1  # identical bytes elsewhere in the index: reuse its vector
             quick.append(("copy", res, donor))
             return
-        pending.append((res, res.pixels))
+        pending.append((res, res.prepared.pixels))
 
     def _record(self, res: _Result, now: str) -> dict:
         f = res.work.found
@@ -290,8 +282,8 @@ class Indexer:
             "size": f.size,
             "mtime_ns": f.mtime_ns,
             "sha256": res.sha256,
-            "width": res.width,
-            "height": res.height,
+            "width": res.prepared.width,
+            "height": res.prepared.height,
             "format": Path(f.path).suffix.lower().lstrip("."),
             "indexed_at": now,
             "model_id": self.tower.model_id,

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import faiss
 import numpy as np
 
+from wherein.indexer.atomic import atomic_path, write_atomic
 from wherein.indexer.catalog import Catalog
 
 FAISS_FILE = "vectors.faiss"
@@ -87,20 +87,6 @@ def index_ids(index: faiss.Index) -> np.ndarray:
     return np.concatenate(ids).astype(np.int64) if ids else np.zeros(0, dtype=np.int64)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
-
-
 class VectorIndex:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
@@ -147,7 +133,8 @@ class VectorIndex:
     def save(self) -> None:
         assert self.index is not None and self.choice is not None
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.faiss_path, faiss.serialize_index(self.index).tobytes())
+        with atomic_path(self.faiss_path) as tmp:
+            faiss.write_index(self.index, str(tmp))  # streamed: no second copy in memory
         side = {
             "generation": self.generation,
             "model_id": self.model_id,

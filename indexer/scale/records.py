@@ -1,16 +1,14 @@
-"""Read, hash, decode and preprocess one item exactly as `wherein index` does (run._load)."""
+"""Read, hash, decode and preprocess one item exactly as `wherein index` does (imaging.prepare_for_siglip)."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from wherein.indexer.imaging import DecodeError, decode, siglip_input
+from wherein.indexer.imaging import prepare_for_siglip, read_error
 from wherein.indexer.run import JPEG_DRAFT
 from wherein.indexer.scale.sources import read_item
-from wherein.schemas.models import SIGLIP_IMAGE_SIZE
 
 
 @dataclass
@@ -29,19 +27,12 @@ def load(uri: str, offset: int = -1, length: int = -1, draft: bool = JPEG_DRAFT)
     try:
         data, res.mtime_ns = read_item(uri, offset, length)
     except OSError as exc:
-        res.error = f"cannot read: {exc.strerror.lower() if exc.strerror else exc}"
+        res.error = read_error(exc)
         return res
     except Exception as exc:  # remote filesystems raise their own types
         res.error = f"cannot read: {type(exc).__name__}: {exc}"
         return res
     res.size = len(data)
-    res.sha256 = hashlib.sha256(data).hexdigest()
-    if not data:
-        res.error = "empty file"
-        return res
-    try:
-        img, (res.width, res.height) = decode(data, draft_size=SIGLIP_IMAGE_SIZE if draft else None)
-        res.pixels = siglip_input(img)
-    except DecodeError as exc:
-        res.error = str(exc)
+    p = prepare_for_siglip(data, draft)
+    res.sha256, res.width, res.height, res.pixels, res.error = p.sha256, p.width, p.height, p.pixels, p.error
     return res

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from wherein.indexer.atomic import atomic_path, write_atomic
 from wherein.indexer.errors import WhereinError
 from wherein.indexer.scale.sources import Item
-from wherein.indexer.vectors import write_atomic
 
 PLAN_JSON = "plan.json"
 PLAN_PARQUET = "plan.parquet"
@@ -151,11 +150,8 @@ def open_plan(out: Path, sources: list[str], shard_size: int | None, model_id: s
 def write_parquet_atomic(table, path: Path) -> None:
     import pyarrow.parquet as pq
 
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 class ShardWriter:

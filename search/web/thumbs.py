@@ -10,13 +10,12 @@ request and not kept.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 import threading
 from pathlib import Path
 
 from PIL import Image
 
+from wherein.indexer.atomic import write_atomic
 from wherein.indexer.imaging import DecodeError, decode
 from wherein.search.web.files import FileChanged, IndexedFile, read_verified
 
@@ -66,12 +65,4 @@ class ResizedCache:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, data, durable=False)  # a cache: an entry lost to a crash is made again
