@@ -94,9 +94,12 @@ def exact_top10(emb: Path, queries: np.ndarray) -> np.ndarray:
     return best_i
 
 
-# The build's own peak RSS (RUSAGE_CHILDREN here would also count Ray's processes).
-_CHILD = ("import resource, sys\nfrom wherein.search.cli import cli\ntry:\n    cli()\nfinally:\n"
-          "    print('peak_rss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, file=sys.stderr)")
+# The build's own peak RSS: VmHWM of the child's address space. (ru_maxrss is no good
+# here: Linux carries it across exec, so the child reported this process's peak, which
+# holds the generated vectors.)
+_CHILD = ("import sys\nfrom wherein.search.cli import cli\ntry:\n    cli()\nfinally:\n"
+          "    hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+          "    print('peak_rss', int(hwm.split()[1]) * 1024, file=sys.stderr)")
 
 
 def bench_build(tmp: Path, n: int, budget: str, shard: int) -> dict:
