@@ -210,10 +210,15 @@ def _training_sample(embed_dir: Path, manifest: dict, nlist: int, budget: int | 
         take = left if k == len(entries) - 1 else min(left, round(want * entry["count"] / total))
         if take <= 0:
             continue
-        t = _read_shard(embed_dir, entry, ["embedding"])
-        v = S.embeddings(t, dim)
-        parts.append(_unit(v[np.sort(rng.choice(len(v), min(take, len(v)), replace=False))]))
-        left -= len(parts[-1])
+        rows = np.sort(rng.choice(entry["count"], min(take, entry["count"]), replace=False))
+        start = 0
+        for t in _shard_batches(embed_dir, entry, ["embedding"]):  # never a whole shard in memory
+            end = start + t.num_rows
+            lo, hi = np.searchsorted(rows, [start, end])
+            if hi > lo:
+                parts.append(_unit(S.embeddings(t, dim)[rows[lo:hi] - start]))
+            start = end
+        left -= len(rows)
     return np.concatenate(parts) if parts else np.zeros((0, dim), np.float32)
 
 
