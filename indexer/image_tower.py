@@ -10,6 +10,7 @@ import numpy as np
 from wherein.indexer.errors import ModelError
 from wherein.indexer.litert_graph import LiteRTGraph
 from wherein.indexer.modeldir import ModelDir
+from wherein.indexer.normalize import unit_rows
 from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE, SIGLIP_IMAGE_SIZE
 
 
@@ -71,5 +72,4 @@ class ImageTower:
             else:
                 out[i] = self.graph.run(batch[i : i + 1], signature=one.key)[0][0]
                 i += 1
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.maximum(norms, 1e-12)
+        return unit_rows(out)

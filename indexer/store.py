@@ -17,6 +17,7 @@ import numpy as np
 
 from wherein.indexer.catalog import Catalog
 from wherein.indexer.errors import IndexError_
+from wherein.indexer.normalize import unit_rows
 from wherein.indexer.vectors import FAISS_FILE, SIDECAR_FILE, VectorIndex, index_ids
 
 CATALOG_FILE = "catalog.db"
@@ -157,7 +158,6 @@ class IndexStore:
             sample = want[:: max(1, len(want) // 64)]
             ids, vecs = cat.vectors_for(sample)
             from_faiss = np.stack([on_disk.index.reconstruct(int(i)) for i in ids])
-            norms = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
-            if not np.allclose(from_faiss, norms, atol=1e-5):
+            if not np.allclose(from_faiss, unit_rows(vecs), atol=1e-5):
                 rep.fail("FAISS vectors differ from the catalog's embeddings")
         return rep

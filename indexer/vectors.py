@@ -20,6 +20,7 @@ import numpy as np
 
 from wherein.indexer.atomic import atomic_path, write_atomic
 from wherein.indexer.catalog import Catalog
+from wherein.indexer.normalize import unit_rows
 
 FAISS_FILE = "vectors.faiss"
 SIDECAR_FILE = "vectors.json"
@@ -181,7 +182,7 @@ class VectorIndex:
             for start in range(0, len(missing), 4096):
                 ids, vecs = catalog.vectors_for(missing[start : start + 4096])
                 if len(ids):
-                    self.index.add_with_ids(_norm(vecs), ids)
+                    self.index.add_with_ids(unit_rows(vecs), ids)
             action = f"updated index: +{len(missing)} -{len(stale)} vectors"
         self.generation, self.model_id, self.dim = catalog.generation, model_id, dim
         return action
@@ -197,14 +198,14 @@ class VectorIndex:
         if not index.is_trained:
             index.train(_training_sample(catalog, choice.nlist * 64))
         for ids, vecs in catalog.iter_vectors():
-            index.add_with_ids(_norm(vecs), ids)
+            index.add_with_ids(unit_rows(vecs), ids)
         apply_search_params(index, choice)
         self.index, self.choice = index, choice
 
     def search(self, queries: np.ndarray, k: int, selector: faiss.IDSelector | None = None):
         """(scores [q, k], ids [q, k]); ids are -1 past the end."""
         assert self.index is not None
-        queries = _norm(np.atleast_2d(queries).astype(np.float32))
+        queries = unit_rows(np.atleast_2d(queries).astype(np.float32))
         k = max(1, min(k, self.ntotal)) if self.ntotal else 1
         if self.ntotal == 0:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
@@ -231,10 +232,4 @@ def _training_sample(catalog: Catalog, n: int) -> np.ndarray:
         got += len(v)
         if got >= n:
             break
-    return _norm(np.concatenate(vecs)[:n])
-
-
-def _norm(v: np.ndarray) -> np.ndarray:
-    v = np.ascontiguousarray(v, dtype=np.float32)
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    return v / np.maximum(norms, 1e-12)
+    return unit_rows(np.concatenate(vecs)[:n])

@@ -50,6 +50,7 @@ import numpy as np
 from wherein.indexer import paths as P
 from wherein.indexer.errors import IndexError_, ModelError, WhereinError
 from wherein.indexer.modeldir import ModelDir
+from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store import IndexStore
 from wherein.schemas.models import SIGLIP_IMAGE_SIZE, SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import Hit
@@ -165,7 +166,7 @@ class Searcher:
             prompts = [self.prompt(t.value) for t in text_terms]
             vecs = self.text_tower.encode(prompts)
             _check_dim(vecs.shape[1], dim, "text tower")
-            parts.extend(_unit(vecs))
+            parts.extend(unit_rows(vecs))
             weights.extend(t.weight for t in text_terms)
         text = _combine(parts, weights) if parts else None
         if text_terms and text is None:
@@ -191,7 +192,7 @@ class Searcher:
                 ids, vecs = self.store.catalog.vectors_for([int(term.value)])
             if not len(ids):
                 raise QueryError(f"image {term.value} is not in the index")
-            return _unit(vecs)[0]
+            return unit_rows(vecs)[0]
         path = Path(term.value).expanduser()
         if not path.is_file():
             raise QueryError(f"{term.value}: no such image file (--like)")
@@ -207,7 +208,7 @@ class Searcher:
         tower = self.image_tower
         if tower.space != self.models.space:  # pragma: no cover - same ModelDir
             raise ModelError(f"image tower space {tower.space!r} != {self.models.space!r}")
-        return _unit(tower.embed(siglip_input(img)[None]))[0]
+        return unit_rows(tower.embed(siglip_input(img)[None]))[0]
 
     def _indexed_vector(self, path: Path) -> np.ndarray | None:
         """The catalog's vector for this file when it is indexed and unchanged."""
@@ -219,7 +220,7 @@ class Searcher:
             if row is None or row[1] != st.st_size or row[2] != st.st_mtime_ns:
                 return None
             ids, vecs = self.store.catalog.vectors_for([row[0]])
-        return _unit(vecs)[0] if len(ids) else None
+        return unit_rows(vecs)[0] if len(ids) else None
 
     # -- search ---------------------------------------------------------------------
     def search(
@@ -341,7 +342,7 @@ class Searcher:
         got, vecs = cat.vectors_for(ids)
         if len(got) == 0:
             return []
-        vecs = _unit(vecs)
+        vecs = unit_rows(vecs)
         scores = vecs @ qv.full
         text_cos = vecs @ qv.text if qv.text is not None else None
         probs = self.text_tower.probability(text_cos) if text_cos is not None else None
@@ -399,9 +400,6 @@ def _check_dim(got: int, want: int, what: str) -> None:
                           f"ones: the models do not match the index (re-index, or use the matching --models)")
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
-    v = np.asarray(v, dtype=np.float32)
-    return v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
 
 
 def _combine(parts: list[np.ndarray], weights: list[float]) -> np.ndarray | None:

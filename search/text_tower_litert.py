@@ -31,6 +31,7 @@ import numpy as np
 
 from wherein.indexer.errors import ModelError
 from wherein.indexer.modeldir import ModelDir
+from wherein.indexer.normalize import unit_rows
 from wherein.search.text_tower import CalibratedScores
 
 TEXT_GRAPH = "text_tower.tflite"
@@ -233,7 +234,7 @@ class LiteRTTextTower(CalibratedScores):
             for i, row in enumerate(tokens):
                 feed = np.ascontiguousarray(row[None, :], dtype=self._in_dtype)
                 out[i] = self._runner(**{self._in_name: feed})[self._out_name][0]
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return unit_rows(out)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """[n, dim] L2-normalised, in the image tower's space."""

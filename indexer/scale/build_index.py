@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer.errors import IndexError_
+from wherein.indexer.normalize import unit_rows
 from wherein.indexer.scale import shards as S
 from wherein.indexer.scale.sources import TAR_SEP
 from wherein.indexer.store import CATALOG_FILE, IndexStore
@@ -65,9 +66,6 @@ def parse_bytes(text: str) -> int:
         raise ValueError(f"not a size: {text!r} (use e.g. 4G, 512M)") from None
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
-    v = np.ascontiguousarray(v, dtype=np.float32)
-    return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
 
 
 def _read_shard(embed_dir: Path, entry: dict, columns: list[str] | None = None):
@@ -95,7 +93,7 @@ def iter_shard_vectors(embed_dir: Path, manifest: dict) -> Iterator[tuple[np.nda
     for entry in manifest["shards"]:
         if entry["count"]:
             for t in _shard_batches(embed_dir, entry, ["id", "embedding"]):
-                yield t.column("id").to_numpy(), _unit(S.embeddings(t, manifest["dim"]))
+                yield t.column("id").to_numpy(), unit_rows(S.embeddings(t, manifest["dim"]))
 
 
 def build_index(
@@ -216,7 +214,7 @@ def _training_sample(embed_dir: Path, manifest: dict, nlist: int, budget: int | 
             end = start + t.num_rows
             lo, hi = np.searchsorted(rows, [start, end])
             if hi > lo:
-                parts.append(_unit(S.embeddings(t, dim)[rows[lo:hi] - start]))
+                parts.append(unit_rows(S.embeddings(t, dim)[rows[lo:hi] - start]))
             start = end
         left -= len(rows)
     return np.concatenate(parts) if parts else np.zeros((0, dim), np.float32)

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from wherein.indexer.errors import WhereinError
+from wherein.indexer.normalize import unit_rows
 from wherein.schemas.records import Hit
-from wherein.search.curate.common import hit_from_row, unit
 
 REAL_THRESHOLD = 0.95
 STANDIN_THRESHOLD = 0.998
@@ -114,7 +114,7 @@ def find_duplicates(store, threshold: float | None = None, exact_only: bool = Fa
             if not keeper:
                 report.redundant += 1
                 report.redundant_bytes += int(row["size"] or 0)
-            report.hits.append(hit_from_row(row, len(report.hits) + 1, score, None, {
+            report.hits.append(Hit.from_row(row, len(report.hits) + 1, score, None, extra={
                 "group": number, "group_size": len(members), "keeper": keeper, "match": match}))
     return report
 
@@ -141,7 +141,7 @@ def _near_pairs(store, threshold: float, batch: int) -> dict[tuple[int, int], fl
     radius = float(np.nextafter(np.float32(radius), np.float32(-2)))  # FAISS keeps scores > radius
     pairs: dict[tuple[int, int], float] = {}
     for ids, vecs in store.catalog.iter_vectors(batch):
-        lims, scores, found = index.range_search(unit(vecs), radius)
+        lims, scores, found = index.range_search(unit_rows(vecs), radius)
         for q, a in enumerate(ids.tolist()):
             lo, hi = int(lims[q]), int(lims[q + 1])
             for b, s in zip(found[lo:hi].tolist(), scores[lo:hi].tolist(), strict=True):
@@ -157,7 +157,7 @@ def _rescore(cat, pairs: dict[tuple[int, int], float]) -> dict[tuple[int, int], 
     ids = sorted({i for p in pairs for i in p})
     got, vecs = cat.vectors_for(ids)
     pos = {int(i): n for n, i in enumerate(got)}
-    vecs = unit(vecs)
+    vecs = unit_rows(vecs)
     return {(a, b): float(vecs[pos[a]] @ vecs[pos[b]]) for a, b in pairs if a in pos and b in pos}
 
 
@@ -174,7 +174,7 @@ def _describe(cat, ids: list[int], pairs: dict[tuple[int, int], float]) -> list[
         return []
     keeper = min(present, key=lambda r: _keeper_key(r, os.path.exists(r["path"])))
     got, vecs = cat.vectors_for([r["id"] for r in present])
-    vec_of = dict(zip(got.tolist(), unit(vecs))) if len(got) else {}
+    vec_of = dict(zip(got.tolist(), unit_rows(vecs))) if len(got) else {}
     # Exact copies share one vector: use any of them when the keeper's own is pending.
     kvec = vec_of.get(keeper["id"]) if keeper["id"] in vec_of else next(
         (vec_of[r["id"]] for r in present if r["sha256"] == keeper["sha256"] and r["id"] in vec_of), None)

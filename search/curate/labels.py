@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from wherein.indexer.errors import IndexError_, WhereinError
+from wherein.indexer.normalize import unit_rows
 from wherein.schemas.records import Hit
-from wherein.search.curate.common import hit_from_row, unit
 
 RAW_TEMPLATE = "{}"
 LABELS_SCHEMA = """
@@ -92,7 +92,7 @@ def compute_labels(searcher, labels: Sequence[str], template: str, batch: int = 
     searcher.check_space()
     tower = searcher.text_tower
     prompts = [prompt_for(template, label) for label in labels]
-    text = unit(tower.encode(prompts))  # [L, d]
+    text = unit_rows(tower.encode(prompts))  # [L, d]
     dim = searcher.dim
     if dim and text.shape[1] != dim:
         raise IndexError_(f"the text tower gives {text.shape[1]}-dimensional vectors but the index holds "
@@ -101,7 +101,7 @@ def compute_labels(searcher, labels: Sequence[str], template: str, batch: int = 
     ids, cosines = [], []
     for batch_ids, vecs in cat.iter_vectors(batch):
         ids.append(batch_ids)
-        cosines.append(unit(vecs) @ text.T)
+        cosines.append(unit_rows(vecs) @ text.T)
     all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     cos = np.concatenate(cosines) if cosines else np.zeros((0, len(labels)), dtype=np.float32)
     probs = np.asarray(tower.probability(cos), dtype=np.float64).reshape(cos.shape)
@@ -173,6 +173,6 @@ def label_hits(catalog, run: LabelRun) -> list[Hit]:
             "label": run.labels[best],
             "labels": {label: float(run.probabilities[i, j]) for j, label in enumerate(run.labels)},
         }
-        hits.append(hit_from_row(rows[int(run.ids[i])], len(hits) + 1, float(run.cosines[i, best]),
-                                 float(run.probabilities[i, best]), extra))
+        hits.append(Hit.from_row(rows[int(run.ids[i])], len(hits) + 1, float(run.cosines[i, best]),
+                                 float(run.probabilities[i, best]), extra=extra))
     return hits

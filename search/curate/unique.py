@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from wherein.indexer.errors import WhereinError
+from wherein.indexer.normalize import unit_rows
 from wherein.schemas.records import Hit
-from wherein.search.curate.common import hit_from_row, unit
 
 
 def uniqueness(store, k: int = 10, batch: int = 1024) -> tuple[np.ndarray, np.ndarray, int]:
@@ -30,7 +30,7 @@ def uniqueness(store, k: int = 10, batch: int = 1024) -> tuple[np.ndarray, np.nd
     fetch = min(n, k + 1)
     all_ids, all_u = [], []
     for ids, vecs in store.catalog.iter_vectors(batch):
-        scores, found = index.search(unit(vecs), fetch)
+        scores, found = index.search(unit_rows(vecs), fetch)
         # Drop each image itself (by id: with exact copies it need not come first).
         not_self = (found != ids[:, None]) & (found >= 0)
         for q in range(len(ids)):
@@ -52,6 +52,6 @@ def unique_hits(store, k: int = 10, top: int | None = 20) -> list[Hit]:
         row = rows.get(int(ids[i]))
         if row is None:
             continue
-        hits.append(hit_from_row(row, len(hits) + 1, 1.0 - float(u[i]), None,
-                                 {"uniqueness": round(float(u[i]), 6), "k": k_used}))
+        hits.append(Hit.from_row(row, len(hits) + 1, 1.0 - float(u[i]), None,
+                                 extra={"uniqueness": round(float(u[i]), 6), "k": k_used}))
     return hits
