@@ -33,7 +33,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-GFLOP_PER_IMAGE = 34.4  # ViT-B/16 at 224 + MAP head: the LiteRT converter counts 17.18 GMAC per image
+GFLOP_PER_IMAGE = (
+    34.4  # ViT-B/16 at 224 + MAP head: the LiteRT converter counts 17.18 GMAC per image
+)
 
 
 def cpu_peak() -> dict:
@@ -55,13 +57,23 @@ def cpu_peak() -> dict:
     if "avx512f" in flags and not amd:
         per_cycle, why = 64, "2 x 512-bit FMA units (AVX-512)"
     elif "fma" in flags:
-        per_cycle, why = 32, "2 x 256-bit FMA pipes" + (" (Zen 4 runs AVX-512 as 2 x 256)" if amd else "")
+        per_cycle, why = (
+            32,
+            "2 x 256-bit FMA pipes" + (" (Zen 4 runs AVX-512 as 2 x 256)" if amd else ""),
+        )
     else:
         per_cycle, why = 8, "no FMA"
     ghz = (mhz or 2000) / 1000
     peak = cores * ghz * per_cycle
-    return {"model": model.group(1) if model else "?", "cores": cores, "ghz": ghz, "per_cycle": per_cycle,
-            "why": why, "peak_gflops": peak, "sgemm_gflops": sgemm_gflops()}
+    return {
+        "model": model.group(1) if model else "?",
+        "cores": cores,
+        "ghz": ghz,
+        "per_cycle": per_cycle,
+        "why": why,
+        "peak_gflops": peak,
+        "sgemm_gflops": sgemm_gflops(),
+    }
 
 
 def sgemm_gflops(n: int = 4096, trials: int = 5) -> float:
@@ -82,17 +94,24 @@ def _runner(kind: str, obj, threads: int):
     """(batch -> callable running one batch) for a graph path or a torch module."""
     import torch
 
-    xs = {b: np.random.default_rng(b).uniform(-1, 1, (b, 3, 224, 224)).astype(np.float32) for b in (1, 8)}
+    xs = {
+        b: np.random.default_rng(b).uniform(-1, 1, (b, 3, 224, 224)).astype(np.float32)
+        for b in (1, 8)
+    }
     if kind == "torch":
+
         def run_torch(b):
             with torch.inference_mode():
                 obj(torch.from_numpy(xs[b]))
+
         return {1: lambda: run_torch(1), 8: lambda: run_torch(8)}
-    from wherein.indexer.litert_graph import LiteRTGraph
+    from wherein.indexer.models.litert_graph import LiteRTGraph
 
     g = LiteRTGraph(obj, threads)
-    return {sig.batch: (lambda key=key, b=sig.batch: g.run(xs[b], signature=key))
-            for key, sig in g.signatures.items()}
+    return {
+        sig.batch: (lambda key=key, b=sig.batch: g.run(xs[b], signature=key))
+        for key, sig in g.signatures.items()
+    }
 
 
 def time_all(variants: dict[str, tuple[str, object]], threads: int, rounds: int, log) -> dict:
@@ -105,7 +124,9 @@ def time_all(variants: dict[str, tuple[str, object]], threads: int, rounds: int,
     for fns in runners.values():  # warm-up (XNNPACK packs weights on first run)
         for fn in fns.values():
             fn()
-    samples: dict[str, dict[int, list[float]]] = {n: {b: [] for b in fns} for n, fns in runners.items()}
+    samples: dict[str, dict[int, list[float]]] = {
+        n: {b: [] for b in fns} for n, fns in runners.items()
+    }
     for r in range(rounds):
         log(f"timing round {r + 1}/{rounds}, load average {os.getloadavg()[0]:.1f}")
         for name, fns in runners.items():
@@ -119,9 +140,9 @@ def time_all(variants: dict[str, tuple[str, object]], threads: int, rounds: int,
 def image_bench(work: Path, threads: int, rounds: int, log) -> tuple[list[dict], dict]:
     import torch
 
-    from wherein.indexer import convert as C
-    from wherein.indexer.convert_towers import Source, image_module
-    from wherein.indexer.litert_graph import LiteRTGraph
+    from wherein.indexer.models.convert import build as C
+    from wherein.indexer.models.convert.towers import Source, image_module
+    from wherein.indexer.models.litert_graph import LiteRTGraph
 
     torch.set_num_threads(threads)
     src = Source("random", config="full", seed=0)
@@ -156,12 +177,34 @@ def image_bench(work: Path, threads: int, rounds: int, log) -> tuple[list[dict],
         g = LiteRTGraph(path, threads)
         sig = "batch_8" if "batch_8" in g.signatures else "serving_default"
         p = C.parity(ref, C.litert_embed(g, sig, x))
-        rows.append({"name": name, "mb": path.stat().st_size / 1e6,
-                     "pearson": p.pearson, "maxdiff": p.max_abs_diff, "top10": p.top10})
-    rows.append({"name": "open_clip/timm torch eager fp32", "mb": None, "pearson": 1.0, "maxdiff": 0.0, "top10": 1.0})
+        rows.append(
+            {
+                "name": name,
+                "mb": path.stat().st_size / 1e6,
+                "pearson": p.pearson,
+                "maxdiff": p.max_abs_diff,
+                "top10": p.top10,
+            }
+        )
+    rows.append(
+        {
+            "name": "open_clip/timm torch eager fp32",
+            "mb": None,
+            "pearson": 1.0,
+            "maxdiff": 0.0,
+            "top10": 1.0,
+        }
+    )
     load0 = os.getloadavg()[0]
-    ms = time_all({**{n: ("litert", p) for n, p in variants.items()},
-                   "open_clip/timm torch eager fp32": ("torch", module)}, threads, rounds, log)
+    ms = time_all(
+        {
+            **{n: ("litert", p) for n, p in variants.items()},
+            "open_clip/timm torch eager fp32": ("torch", module),
+        },
+        threads,
+        rounds,
+        log,
+    )
     conv["load"] = (load0, os.getloadavg()[0])
     for r in rows:
         got = ms[r["name"]]
@@ -217,7 +260,7 @@ def text_bench(work: Path, threads: int, log) -> dict:
     import torch
     from safetensors.torch import save_file
 
-    from wherein.indexer import convert as C
+    from wherein.indexer.models.convert import build as C
 
     res: dict = {}
     d = work / "text-random"
@@ -226,7 +269,10 @@ def text_bench(work: Path, threads: int, log) -> dict:
     model = open_clip.create_model(TEXT_CFG, pretrained=None, device="cpu")
     cfg = open_clip.get_model_config(TEXT_CFG)
     (d / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg}))
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(d / "open_clip_model.safetensors"))
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()},
+        str(d / "open_clip_model.safetensors"),
+    )
     model.visual = None
     model.eval()
     res["text_params_m"] = sum(p.numel() for p in model.parameters()) / 1e6
@@ -243,7 +289,9 @@ def text_bench(work: Path, threads: int, log) -> dict:
     path = d / "text_tower.tflite"
     log("converting the full-size text tower")
     t = time.perf_counter()
-    C._write_graph([("serving_default", module, (torch.zeros(1, 64, dtype=torch.long),))], path, "fp32")
+    C._write_graph(
+        [("serving_default", module, (torch.zeros(1, 64, dtype=torch.long),))], path, "fp32"
+    )
     res["convert_s"] = time.perf_counter() - t
     res["tflite_mb"] = path.stat().st_size / 1e6
     tok = torch.randint(2, 256000, (8, 64), generator=torch.Generator().manual_seed(1))
@@ -251,37 +299,60 @@ def text_bench(work: Path, threads: int, log) -> dict:
         ref = module(tok).numpy()
     from ai_edge_litert.interpreter import Interpreter
 
-    r = Interpreter(model_path=str(path), num_threads=threads).get_signature_runner("serving_default")
-    got = np.concatenate([r(args_0=tok[i : i + 1].numpy().astype(np.int32))["output_0"] for i in range(8)])
+    r = Interpreter(model_path=str(path), num_threads=threads).get_signature_runner(
+        "serving_default"
+    )
+    got = np.concatenate(
+        [r(args_0=tok[i : i + 1].numpy().astype(np.int32))["output_0"] for i in range(8)]
+    )
     p = C.parity(ref, got)
     res["pearson"], res["maxdiff"] = p.pearson, p.max_abs_diff
     del model, module
     log("text cold starts (fresh processes)")
-    res["torch_cold"], res["torch_query"] = map(float, _child(CHILD_TORCH.format(d=d, threads=threads)))
-    res["lite_cold"], res["lite_query"] = map(float, _child(CHILD_LITE.format(p=path, threads=threads)))
+    res["torch_cold"], res["torch_query"] = map(
+        float, _child(CHILD_TORCH.format(d=d, threads=threads))
+    )
+    res["lite_cold"], res["lite_query"] = map(
+        float, _child(CHILD_LITE.format(p=path, threads=threads))
+    )
     return res
 
 
 def standin_text_bench(work: Path) -> dict:
     """Whole query path (tokenizer included) on the stand-in tower: what the import of torch costs."""
-    from wherein.indexer import convert as C
-    from wherein.indexer.convert_towers import parse_source
-    from wherein.indexer.standins import build_standin_models
+    from wherein.indexer.models.convert import build as C
+    from wherein.indexer.models.convert.towers import parse_source
+    from wherein.indexer.models.standins import build_standin_models
 
     root = build_standin_models(work / "standin")
-    C.convert_text_tower(parse_source(f"local-dir:{root / 'siglip2-text'}"), root, log=lambda s: None)
+    C.convert_text_tower(
+        parse_source(f"local-dir:{root / 'siglip2-text'}"), root, log=lambda s: None
+    )
     lite = _child(CHILD_STANDIN.format(mod="text_tower_litert", fn="load_query_encoder", root=root))
     torch_ = _child(CHILD_STANDIN.format(mod="text_tower", fn="load_text_tower", root=root))
-    return {"lite_cold": float(lite[0]), "lite_query": float(lite[1]), "lite_torch_imported": lite[2],
-            "torch_cold": float(torch_[0]), "torch_query": float(torch_[1])}
+    return {
+        "lite_cold": float(lite[0]),
+        "lite_query": float(lite[1]),
+        "lite_torch_imported": lite[2],
+        "torch_cold": float(torch_[0]),
+        "torch_query": float(torch_[1]),
+    }
 
 
 def _f(v, fmt="{:.0f}"):
     return "–" if v is None else fmt.format(v)
 
 
-def report(cmd: str, peak: dict, rows: list[dict], conv: dict, text: dict, standin: dict, secs: float,
-           rounds: int) -> str:
+def report(
+    cmd: str,
+    peak: dict,
+    rows: list[dict],
+    conv: dict,
+    text: dict,
+    standin: dict,
+    secs: float,
+    rounds: int,
+) -> str:
     base = next(r for r in rows if r["name"].startswith("published"))["ms1"]
     torch8 = rows[-1]["ms8"]
     lines = [
@@ -313,15 +384,18 @@ def report(cmd: str, peak: dict, rows: list[dict], conv: dict, text: dict, stand
     ]
     for r in rows:
         best = min(v for v in (r["ms1"], r["ms8"]) if v is not None)
-        frac = GFLOP_PER_IMAGE / (best / 1000) / max(peak["peak_gflops"], peak["sgemm_gflops"]) * 100
+        frac = (
+            GFLOP_PER_IMAGE / (best / 1000) / max(peak["peak_gflops"], peak["sgemm_gflops"]) * 100
+        )
         lines.append(
             f"| {r['name']} | {_f(r['ms1'])} ({_f(r['ms1_med'])}) | {_f(r['ms8'])} ({_f(r['ms8_med'])}) | {base / best:.2f}× | {frac:.0f}% | "
             f"{_f(r['mb'])} | {r['pearson']:.6f} | {r['maxdiff']:.1e} | {r['top10']:.3f} |"
         )
     lines += [
         "",
-        "Batch 8 vs torch eager batch 8: " + ", ".join(
-            f"{r['name']} {torch8 / r['ms8']:.2f}×" for r in rows[:-1] if r["ms8"]) + ".",
+        "Batch 8 vs torch eager batch 8: "
+        + ", ".join(f"{r['name']} {torch8 / r['ms8']:.2f}×" for r in rows[:-1] if r["ms8"])
+        + ".",
         "",
         f"Conversion time (2 cores): published-style {conv['convert_published_s']:.0f} s, "
         f"project fp32 b1+8 {conv['convert_project_s']:.0f} s (includes torch build and the parity check); "
@@ -354,11 +428,17 @@ def report(cmd: str, peak: dict, rows: list[dict], conv: dict, text: dict, stand
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "convert.md")
-    ap.add_argument("--work", type=Path, default=None,
-                    help="keep converted graphs and text figures here, and reuse them on the next run")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="keep converted graphs and text figures here, and reuse them on the next run",
+    )
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--rounds", type=int, default=6, help="timing rounds (min and median reported)")
-    ap.add_argument("--skip-text", action="store_true", help="reuse the text figures saved in --work")
+    ap.add_argument(
+        "--skip-text", action="store_true", help="reuse the text figures saved in --work"
+    )
     args = ap.parse_args()
     cmd = " ".join(["python bench/bench_convert.py", *sys.argv[1:]])
     t0 = time.perf_counter()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wherein.indexer.store import IndexStore
+from wherein.indexer.store.index_store import IndexStore
 from wherein.search.curate.dupes import find_duplicates
 from wherein.search.curate.unique import uniqueness
 
@@ -31,12 +31,27 @@ def build(d: Path, n: int, copies: int, dim: int = 768) -> None:
     with IndexStore.open(d, write=True, create=True) as store:
         cat = store.catalog
         with cat.transaction():
-            for key, value in (("model_id", "bench"), ("space", "siglip2-vit-b16-webli"), ("dim", dim)):
+            for key, value in (
+                ("model_id", "bench"),
+                ("space", "siglip2-vit-b16-webli"),
+                ("dim", dim),
+            ):
                 cat.set_meta(key, value)
             for i, v in enumerate(vecs):
-                cat.insert_image({"path": f"/bench/{i}.jpg", "size": 1000 + i, "mtime_ns": i, "sha256": f"{i:064x}",
-                                  "width": 100, "height": 100, "format": "jpg", "indexed_at": "2026-01-01",
-                                  "model_id": "bench"}, v)
+                cat.insert_image(
+                    {
+                        "path": f"/bench/{i}.jpg",
+                        "size": 1000 + i,
+                        "mtime_ns": i,
+                        "sha256": f"{i:064x}",
+                        "width": 100,
+                        "height": 100,
+                        "format": "jpg",
+                        "indexed_at": "2026-01-01",
+                        "model_id": "bench",
+                    },
+                    v,
+                )
             cat.bump_generation()
         store.ensure_vectors()
 
@@ -58,8 +73,10 @@ def main() -> None:
             ids, u, k = uniqueness(store, 10)
             t_unique = time.perf_counter() - t
         print(f"n={args.n} index={store.vectors.choice.kind} planted={args.copies}")
-        print(f"dupes: {rep.groups} groups, {rep.redundant} redundant, {t_dupes:.2f} s "
-              f"({args.n / t_dupes:.0f} vectors/s)")
+        print(
+            f"dupes: {rep.groups} groups, {rep.redundant} redundant, {t_dupes:.2f} s "
+            f"({args.n / t_dupes:.0f} vectors/s)"
+        )
         print(f"unique k={k}: {t_unique:.2f} s ({args.n / t_unique:.0f} vectors/s)")
 
 

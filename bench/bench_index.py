@@ -81,10 +81,10 @@ def decode_bench(paths: list[Path]) -> dict:
 def index_bench(
     paths_root: Path, models: Path, tower_path: Path | None, workers: int | None
 ) -> dict:
-    from wherein.indexer.image_tower import ImageTower
-    from wherein.indexer.modeldir import ModelDir
-    from wherein.indexer.run import Indexer
-    from wherein.indexer.store import IndexStore
+    from wherein.indexer.ingest.run import Indexer
+    from wherein.indexer.models.image_tower import ImageTower
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.store.index_store import IndexStore
 
     md = ModelDir(models)
     tower = ImageTower(tower_path, "bench") if tower_path else ImageTower.from_models(md)
@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--tower", type=Path, default=None, help="a full-size image tower .tflite")
     ap.add_argument("--out", type=Path, default=Path("bench/results/index.md"))
     args = ap.parse_args()
-    from wherein.indexer.standins import build_standin_models
+    from wherein.indexer.models.standins import build_standin_models
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -54,18 +54,23 @@ def make_photos(root: Path, n: int, size=(4032, 3024)) -> list[Path]:
         for _ in range(4):
             x0, y0 = int(rng.integers(0, size[0] - 1200)), int(rng.integers(0, size[1] - 1200))
             colour = [(219, 26, 26), (26, 64, 224), (26, 178, 38)][int(rng.integers(0, 3))]
-            d.ellipse((x0, y0, x0 + int(rng.integers(300, 1200)), y0 + int(rng.integers(300, 1200))), fill=colour)
+            d.ellipse(
+                (x0, y0, x0 + int(rng.integers(300, 1200)), y0 + int(rng.integers(300, 1200))),
+                fill=colour,
+            )
         p = root / f"photo_{i:02d}.jpg"
         img.save(p, quality=90)
         out.append(p)
     return out
 
 
-def bench_model(label: str, models_root: Path, photos: list[Path], reps: int, ks: list[int]) -> list[str]:
-    from wherein.indexer.modeldir import ModelDir
+def bench_model(
+    label: str, models_root: Path, photos: list[Path], reps: int, ks: list[int]
+) -> list[str]:
+    from wherein.indexer.models.clipseg import ClipSeg, load_cached
+    from wherein.indexer.models.modeldir import ModelDir
     from wherein.schemas.records import Hit
-    from wherein.search.clipseg import ClipSeg, load_cached
-    from wherein.search.masking import (
+    from wherein.search.localize.masking import (
         MaskResult,
         add_masks_to_hits,
         open_for_mask,
@@ -86,33 +91,72 @@ def bench_model(label: str, models_root: Path, photos: list[Path], reps: int, ks
     rows = [
         ("decode 4032x3024 JPEG (draft) ", med_ms(lambda: open_for_mask(photos[0]), reps)),
         ("vision graph (352x352 -> t3/t6/t9)", med_ms(lambda: model.image_features(img), reps)),
-        ("text graph + lookup + projection", med_ms(lambda: (text_uncached(), model.embed_tokens(ids)), reps)),
+        (
+            "text graph + lookup + projection",
+            med_ms(lambda: (text_uncached(), model.embed_tokens(ids)), reps),
+        ),
         ("decoder graph", med_ms(lambda: model.decode(feats, cond), reps)),
-        ("postprocess to 4032x3024 (resize, threshold, regions)",
-         med_ms(lambda: MaskResult.from_probability("p", prob, size), reps)),
+        (
+            "postprocess to 4032x3024 (resize, threshold, regions)",
+            med_ms(lambda: MaskResult.from_probability("p", prob, size), reps),
+        ),
     ]
     res = MaskResult.from_probability("p", prob, size)
     with tempfile.TemporaryDirectory() as tmp:
-        rows.append(("write mask PNG 4032x3024 + overlay JPEG 2048x1536",
-                     med_ms(lambda: (res.save_mask(Path(tmp) / "m.png"),
-                                     res.save_overlay(Path(tmp) / "o.jpg", img)), reps)))
-    lines = [f"### {label}", "", f"Interpreter threads: {cores} (one call at a time).", "",
-             "| step | wall ms | CPU ms |", "|---|---:|---:|"]
+        rows.append(
+            (
+                "write mask PNG 4032x3024 + overlay JPEG 2048x1536",
+                med_ms(
+                    lambda: (
+                        res.save_mask(Path(tmp) / "m.png"),
+                        res.save_overlay(Path(tmp) / "o.jpg", img),
+                    ),
+                    reps,
+                ),
+            )
+        )
+    lines = [
+        f"### {label}",
+        "",
+        f"Interpreter threads: {cores} (one call at a time).",
+        "",
+        "| step | wall ms | CPU ms |",
+        "|---|---:|---:|",
+    ]
     lines += [f"| {name} | {w:.1f} | {c:.1f} |" for name, (w, c) in rows]
-    lines += ["", "k masks on k hits (`add_masks_to_hits`, end to end: decode, vision, decoder, "
-              "postprocess, write files; cond cached):", "",
-              "| k | workers x threads | wall s | per hit wall ms | CPU s |", "|---:|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "k masks on k hits (`add_masks_to_hits`, end to end: decode, vision, decoder, "
+        "postprocess, write files; cond cached):",
+        "",
+        "| k | workers x threads | wall s | per hit wall ms | CPU s |",
+        "|---:|---|---:|---:|---:|",
+    ]
     for k in ks:
-        hits = [Hit(rank=i + 1, path=str(photos[i % len(photos)]), score=0.5, probability=None,
-                    width=None, height=None, id=i) for i in range(k)]
+        hits = [
+            Hit(
+                rank=i + 1,
+                path=str(photos[i % len(photos)]),
+                score=0.5,
+                probability=None,
+                width=None,
+                height=None,
+                id=i,
+            )
+            for i in range(k)
+        ]
         workers, threads = plan_parallelism(k)
-        load_cached(models_root, threads).encode_prompt("a red ball")  # loaded and cond cached: steady state
+        load_cached(models_root, threads).encode_prompt(
+            "a red ball"
+        )  # loaded and cond cached: steady state
         with tempfile.TemporaryDirectory() as tmp:
             t, c = time.perf_counter(), time.process_time()
             out = add_masks_to_hits(hits, "a red ball", Path(tmp), models_root)
             total, cpu = time.perf_counter() - t, time.process_time() - c
         assert len(out) == k
-        lines.append(f"| {k} | {workers} x {threads} | {total:.2f} | {1000 * total / k:.0f} | {cpu:.2f} |")
+        lines.append(
+            f"| {k} | {workers} x {threads} | {total:.2f} | {1000 * total / k:.0f} | {cpu:.2f} |"
+        )
     return lines + [""]
 
 
@@ -120,8 +164,15 @@ def build_full(work: Path) -> Path:
     """Random-weight full-size CLIPSeg -> three LiteRT graphs + assets in work/models/clipseg."""
     target = work / "models"
     d = target / "clipseg"
-    if all((d / g).is_file() for g in ("clipseg_vision_fp16.tflite", "clipseg_text_fp16.tflite",
-                                        "clipseg_decoder.tflite", "token_embedding_f16.bin")):
+    if all(
+        (d / g).is_file()
+        for g in (
+            "clipseg_vision_fp16.tflite",
+            "clipseg_text_fp16.tflite",
+            "clipseg_decoder.tflite",
+            "token_embedding_f16.bin",
+        )
+    ):
         return target
     import litert_torch
     import torch
@@ -132,7 +183,9 @@ def build_full(work: Path) -> Path:
 
     from wherein.schemas.models import CLIPSEG
 
-    config = CLIPSegConfig(vision_config={"patch_size": 16}, use_complex_transposed_convolution=True)
+    config = CLIPSegConfig(
+        vision_config={"patch_size": 16}, use_complex_transposed_convolution=True
+    )
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     model = CLIPSegForImageSegmentation(config).eval()
@@ -152,7 +205,9 @@ def build_full(work: Path) -> Path:
         def forward(self, *xs):
             return self.fn(*xs)
 
-    for name, piece, spec in zip(("vision", "text", "decoder"), split(model), CLIPSEG.graphs, strict=True):
+    for name, piece, spec in zip(
+        ("vision", "text", "decoder"), split(model), CLIPSEG.graphs, strict=True
+    ):
         t = time.perf_counter()
         litert_torch.convert(Wrap(piece.fn).eval(), ex[name]).export(str(d / spec.filename))
         print(f"converted {spec.filename} in {time.perf_counter() - t:.0f} s", file=sys.stderr)
@@ -174,13 +229,17 @@ NOTES = [
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--full", action="store_true", help="Also convert and time a full-size random-weight CLIPSeg.")
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="Also convert and time a full-size random-weight CLIPSeg.",
+    )
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "wherein-bench-mask")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
-    from wherein.indexer.standins import build_standin_models
+    from wherein.indexer.models.standins import build_standin_models
 
     args.work.mkdir(parents=True, exist_ok=True)
     photos = make_photos(args.work / "photos", 8)
@@ -195,11 +254,18 @@ def main() -> None:
         "steadier figure; wall ms is what a user waits under that load).",
         "",
     ]
-    lines += bench_model("Stand-in graphs (host pipeline cost)", standin, photos, args.reps, [1, 4, 8])
+    lines += bench_model(
+        "Stand-in graphs (host pipeline cost)", standin, photos, args.reps, [1, 4, 8]
+    )
     if args.full:
         full = build_full(args.work)
-        lines += bench_model("Full-size CLIPSeg rd64-refined, random weights, fp32 LiteRT (litert-torch 0.10)",
-                             full, photos, args.reps, [1, 4, 8])
+        lines += bench_model(
+            "Full-size CLIPSeg rd64-refined, random weights, fp32 LiteRT (litert-torch 0.10)",
+            full,
+            photos,
+            args.reps,
+            [1, 4, 8],
+        )
     lines += NOTES
     text = "\n".join(lines)
     print(text)

@@ -30,7 +30,9 @@ def make_images(root: Path, n: int) -> None:
     rng = np.random.default_rng(0)
     root.mkdir(parents=True, exist_ok=True)
     for i in range(n):
-        img = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize((256, 192), Image.BILINEAR)
+        img = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize(
+            (256, 192), Image.BILINEAR
+        )
         img.save(root / f"img{i:05d}.jpg", quality=90)
 
 
@@ -41,8 +43,13 @@ def bench_embed(tmp: Path, n: int, models: Path) -> dict:
     out = {}
     for engine in ("local", "ray"):
         t = time.perf_counter()
-        stats = embed([str(tmp / "imgs")], tmp / f"emb-{engine}", models, engine=engine, shard_size=100)
-        out[engine] = {"seconds": time.perf_counter() - t, "images_per_second": stats.images_per_second}
+        stats = embed(
+            [str(tmp / "imgs")], tmp / f"emb-{engine}", models, engine=engine, shard_size=100
+        )
+        out[engine] = {
+            "seconds": time.perf_counter() - t,
+            "images_per_second": stats.images_per_second,
+        }
     return out
 
 
@@ -64,11 +71,19 @@ def write_vector_shards(out: Path, n: int, dim: int, shard: int, model_id: str) 
         v /= np.linalg.norm(v, axis=1, keepdims=True)
         if len(queries) < 200:
             queries.extend(v[: -(-200 // plan.shards)])
-        t = pa.table({"id": ids, "uri": [f"/synthetic/{j}.jpg" for j in ids], "size": np.zeros(k, np.int64),
-                      "mtime_ns": np.zeros(k, np.int64), "sha256": [""] * k,
-                      "width": np.zeros(k, np.int32), "height": np.zeros(k, np.int32),
-                      "embedding": pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), dim)},
-                     schema=S.shard_schema(dim))
+        t = pa.table(
+            {
+                "id": ids,
+                "uri": [f"/synthetic/{j}.jpg" for j in ids],
+                "size": np.zeros(k, np.int64),
+                "mtime_ns": np.zeros(k, np.int64),
+                "sha256": [""] * k,
+                "width": np.zeros(k, np.int32),
+                "height": np.zeros(k, np.int32),
+                "embedding": pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), dim),
+            },
+            schema=S.shard_schema(dim),
+        )
         parquet, errs, done = S.shard_paths(out, i)
         S.write_parquet_atomic(S.error_schema().empty_table(), errs)
         S.write_parquet_atomic(t, parquet)
@@ -117,20 +132,37 @@ finally:
 
 
 def bench_build(tmp: Path, n: int, budget: str, shard: int) -> dict:
-    from wherein.indexer.store import IndexStore
+    from wherein.indexer.store.index_store import IndexStore
 
     emb, idx = tmp / "vec-emb", tmp / "vec-idx"
     t = time.perf_counter()
     queries = write_vector_shards(emb, n, 768, shard, "bench:synthetic")
     gen_s = time.perf_counter() - t
     t = time.perf_counter()
-    child = subprocess.run([sys.executable, "-c", _CHILD, "build-index", str(emb), "--index", str(idx),
-                            "--max-memory", budget, "--json", "-q"], capture_output=True, text=True)
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            "build-index",
+            str(emb),
+            "--index",
+            str(idx),
+            "--max-memory",
+            budget,
+            "--json",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t
     if child.returncode:
         raise SystemExit(child.stderr)
     peak, peak_anon = (int(x) for x in child.stderr.strip().splitlines()[-1].split()[1:])
-    stats = json.loads(child.stdout[child.stdout.index("{\n"):])  # merge_ondisk prints to stdout first
+    stats = json.loads(
+        child.stdout[child.stdout.index("{\n") :]
+    )  # merge_ondisk prints to stdout first
     exact = exact_top10(emb, queries)
     with IndexStore.open(idx) as store:
         store.vectors.search(queries[:5], 10)  # warm the mmap
@@ -145,11 +177,26 @@ def bench_build(tmp: Path, n: int, budget: str, shard: int) -> dict:
             rescored.append(ids[np.argsort(-(v @ q))[:10]])
         rescored_ms = (time.perf_counter() - t) / len(queries) * 1e3
         sizes = {p.name: p.stat().st_size for p in idx.iterdir() if p.is_file()}
+
     def recall(found):
-        return float(np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact, strict=True)]))
-    return {"vectors": n, "budget": budget, "generate_s": gen_s, "build_wall_s": wall, "peak_rss": peak, "peak_anon": peak_anon,
-            "stats": stats, "recall_raw": recall(raw), "recall_rescored": recall(rescored),
-            "query_ms_raw": raw_ms, "query_ms_rescored": rescored_ms, "files": sizes}
+        return float(
+            np.mean([len(set(f) & set(e)) / 10 for f, e in zip(found, exact, strict=True)])
+        )
+
+    return {
+        "vectors": n,
+        "budget": budget,
+        "generate_s": gen_s,
+        "build_wall_s": wall,
+        "peak_rss": peak,
+        "peak_anon": peak_anon,
+        "stats": stats,
+        "recall_raw": recall(raw),
+        "recall_rescored": recall(rescored),
+        "query_ms_raw": raw_ms,
+        "query_ms_rescored": rescored_ms,
+        "files": sizes,
+    }
 
 
 def main() -> None:
@@ -164,32 +211,53 @@ def main() -> None:
         tmp = Path(d)
         models = Path(args.models) if args.models else None
         if models is None:
-            from wherein.indexer.standins import build_standin_models
+            from wherein.indexer.models.standins import build_standin_models
 
             models = build_standin_models(tmp / "models")
         e = bench_embed(tmp, args.images, models) if args.images else None
         b = bench_build(tmp, args.vectors, args.budget, args.shard) if args.vectors else None
     print("# Scale-out benchmark\n")
-    print(f"Command: `python bench/bench_scale.py {' '.join(sys.argv[1:])}` (2-core VM, stand-in models)\n")
+    print(
+        f"Command: `python bench/bench_scale.py {' '.join(sys.argv[1:])}` (2-core VM, stand-in models)\n"
+    )
     if e:
         lo, ra = e["local"], e["ray"]
         print(f"## Embed {args.images} JPEGs (256x192), shard size 100\n")
         print("| engine | wall s | images/s |\n|---|---|---|")
         print(f"| local | {lo['seconds']:.1f} | {lo['images_per_second']:.1f} |")
-        print(f"| ray (local mode, incl. start/stop) | {ra['seconds']:.1f} | {ra['images_per_second']:.1f} |")
-        print(f"\nRay/local throughput ratio: {ra['images_per_second'] / lo['images_per_second']:.2f}\n")
+        print(
+            f"| ray (local mode, incl. start/stop) | {ra['seconds']:.1f} | {ra['images_per_second']:.1f} |"
+        )
+        print(
+            f"\nRay/local throughput ratio: {ra['images_per_second'] / lo['images_per_second']:.2f}\n"
+        )
     if b:
         s = b["stats"]
-        print(f"## build-index: {b['vectors']:,} synthetic 768-d vectors, --max-memory {b['budget']}\n")
-        print(f"- index: {s['kind']} `{s['factory']}`, nprobe {s['nprobe']}, trained on {s['train_vectors']:,}")
-        print(f"- build wall time {b['build_wall_s']:.1f} s (catalog {s['catalog_seconds']:.1f} s, "
-              f"train {s['train_seconds']:.1f} s, add {s['add_seconds']:.1f} s); shards generated in {b['generate_s']:.1f} s")
-        print(f"- peak memory of the build process: heap (RssAnon) {b['peak_anon'] / 2**20:.0f} MiB; "
-              f"resident incl. memory-mapped index files (VmHWM) {b['peak_rss'] / 2**20:.0f} MiB")
-        print(f"- recall@10 vs exact (200 queries): raw ANN {b['recall_raw']:.3f}; "
-              f"as `wherein search` (4x over-fetch, exact re-score) {b['recall_rescored']:.3f}")
-        print(f"- query latency (1 query, k=10): raw {b['query_ms_raw']:.2f} ms; with re-score {b['query_ms_rescored']:.2f} ms")
-        print("- files: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sorted(b["files"].items())))
+        print(
+            f"## build-index: {b['vectors']:,} synthetic 768-d vectors, --max-memory {b['budget']}\n"
+        )
+        print(
+            f"- index: {s['kind']} `{s['factory']}`, nprobe {s['nprobe']}, trained on {s['train_vectors']:,}"
+        )
+        print(
+            f"- build wall time {b['build_wall_s']:.1f} s (catalog {s['catalog_seconds']:.1f} s, "
+            f"train {s['train_seconds']:.1f} s, add {s['add_seconds']:.1f} s); shards generated in {b['generate_s']:.1f} s"
+        )
+        print(
+            f"- peak memory of the build process: heap (RssAnon) {b['peak_anon'] / 2**20:.0f} MiB; "
+            f"resident incl. memory-mapped index files (VmHWM) {b['peak_rss'] / 2**20:.0f} MiB"
+        )
+        print(
+            f"- recall@10 vs exact (200 queries): raw ANN {b['recall_raw']:.3f}; "
+            f"as `wherein search` (4x over-fetch, exact re-score) {b['recall_rescored']:.3f}"
+        )
+        print(
+            f"- query latency (1 query, k=10): raw {b['query_ms_raw']:.2f} ms; with re-score {b['query_ms_rescored']:.2f} ms"
+        )
+        print(
+            "- files: "
+            + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sorted(b["files"].items()))
+        )
 
 
 if __name__ == "__main__":

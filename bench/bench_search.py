@@ -6,7 +6,7 @@
 Vectors are synthetic and clustered (SigLIP embeddings are anisotropic, so
 uniform random vectors would flatter nothing and mislead IVF): unit vectors
 around --clusters random centres. For each size it builds the index that
-``wherein.indexer.vectors.choose_index`` picks, measures recall@10 against
+``wherein.indexer.store.vectors.choose_index`` picks, measures recall@10 against
 exact search for a sweep of nprobe, and times, per query: the ANN search
 (k=10), the catalog join (exact re-scoring from the catalog's float32 vectors
 plus the row fetch, on a real SQLite catalog of that size), and the full
@@ -30,10 +30,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from wherein.indexer.catalog import Catalog, vector_to_blob
-from wherein.indexer.standins import build_standin_models
-from wherein.indexer.store import CATALOG_FILE
-from wherein.indexer.vectors import VectorIndex, apply_search_params, choose_index, new_index
+from wherein.indexer.models.standins import build_standin_models
+from wherein.indexer.store.catalog import Catalog, vector_to_blob
+from wherein.indexer.store.index_store import CATALOG_FILE
+from wherein.indexer.store.vectors import VectorIndex, apply_search_params, choose_index, new_index
 from wherein.search.api import open_index
 
 
@@ -44,9 +44,9 @@ def clustered(n: int, dim: int, clusters: int, seed: int, spread: float = 0.9) -
     out = np.empty((n, dim), np.float32)
     for s in range(0, n, 65536):
         m = min(65536, n - s)
-        x = centres[rng.integers(0, clusters, m)] + rng.standard_normal((m, dim), dtype=np.float32) * (
-            spread / np.sqrt(dim)
-        )
+        x = centres[rng.integers(0, clusters, m)] + rng.standard_normal(
+            (m, dim), dtype=np.float32
+        ) * (spread / np.sqrt(dim))
         out[s : s + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
     return out
 
@@ -67,16 +67,35 @@ def write_catalog(directory: Path, data: np.ndarray, model_id: str, space: str) 
     with cat.transaction():
         for s in range(0, len(data), 10000):
             rows = [
-                (i + 1, f"/photos/{i // 1000:04d}/img_{i:07d}.jpg", 2_000_000 + i, 1_700_000_000_000_000_000 + i,
-                 f"{i:064x}", 4032, 3024, "jpeg", now, model_id)
+                (
+                    i + 1,
+                    f"/photos/{i // 1000:04d}/img_{i:07d}.jpg",
+                    2_000_000 + i,
+                    1_700_000_000_000_000_000 + i,
+                    f"{i:064x}",
+                    4032,
+                    3024,
+                    "jpeg",
+                    now,
+                    model_id,
+                )
                 for i in range(s, min(s + 10000, len(data)))
             ]
             cat.conn.executemany(
                 "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, indexed_at, model_id) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
-            cat.conn.executemany("INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
-                                 [(r[0], vector_to_blob(data[r[0] - 1])) for r in rows])
-        for k, v in {"model_id": model_id, "space": space, "dim": data.shape[1], "generation": 1}.items():
+                "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            cat.conn.executemany(
+                "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
+                [(r[0], vector_to_blob(data[r[0] - 1])) for r in rows],
+            )
+        for k, v in {
+            "model_id": model_id,
+            "space": space,
+            "dim": data.shape[1],
+            "generation": 1,
+        }.items():
             cat.set_meta(k, v)
     cat.close()
 
@@ -116,7 +135,13 @@ def bench_size(n: int, dim: int, args, models: Path, work: Path) -> dict:
         for nprobe in sorted({max(1, choice.nlist // d) for d in (128, 64, 32, 16, 8)}):
             faiss.extract_index_ivf(index).nprobe = nprobe
             lat, _ = ms(lambda: index.search(queries[:1], 10), 9)
-            sweep.append({"nprobe": nprobe, "recall_at_10": round(recall(nprobe), 4), "ann_ms": round(lat, 2)})
+            sweep.append(
+                {
+                    "nprobe": nprobe,
+                    "recall_at_10": round(recall(nprobe), 4),
+                    "ann_ms": round(lat, 2),
+                }
+            )
     apply_search_params(index, choice)
     chosen_recall = recall(choice.nprobe)
     ann_ms, _ = ms(lambda: index.search(queries[:1], 10), 9)
@@ -168,10 +193,12 @@ def bench_text(real: bool) -> dict:
     out = {}
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:
-        from wherein.search.text_tower import load_text_tower
+        from wherein.indexer.models.text_tower import load_text_tower
 
         tower = load_text_tower(str(build_standin_models(Path(tmp) / "m")))
-        out["standin_encode_ms"] = round(ms(lambda: tower.encode(["This is a photo of a red car."]), 9)[0], 2)
+        out["standin_encode_ms"] = round(
+            ms(lambda: tower.encode(["This is a photo of a red car."]), 9)[0], 2
+        )
     if real:
         import open_clip
 
@@ -184,7 +211,8 @@ def bench_text(real: bool) -> dict:
         with torch.inference_mode():
             model.encode_text(tokens, normalize=True)
             out["siglip2_b16_text_encode_ms"] = round(
-                ms(lambda: model.encode_text(tokens, normalize=True), 5)[0], 1)
+                ms(lambda: model.encode_text(tokens, normalize=True), 5)[0], 1
+            )
     return out
 
 
@@ -195,14 +223,18 @@ def main() -> None:
     ap.add_argument("--clusters", type=int, default=2000)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--search-threads", type=int, default=1, help="FAISS OpenMP threads while timing queries.")
-    ap.add_argument("--no-real-text", action="store_true", help="Skip the SigLIP 2 text architecture timing.")
+    ap.add_argument(
+        "--search-threads", type=int, default=1, help="FAISS OpenMP threads while timing queries."
+    )
+    ap.add_argument(
+        "--no-real-text", action="store_true", help="Skip the SigLIP 2 text architecture timing."
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "search.json")
     args = ap.parse_args()
     results = {
         "command": "python " + " ".join(sys.argv),
         "machine": f"{platform.machine()}, 2 shared cores, faiss {faiss.__version__}, "
-                   f"{args.search_threads} FAISS thread(s) while timing queries",
+        f"{args.search_threads} FAISS thread(s) while timing queries",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "text": bench_text(not args.no_real_text),
         "sizes": [],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from wherein.indexer.standins.palette import rgb255
+from wherein.indexer.models.standins.palette import rgb255
 
 BACKGROUND = (247, 247, 247)
 SHAPES = [

@@ -3,7 +3,7 @@
 ``Hit`` is one search result. Its JSON form (``Hit.to_dict()``) is described by
 ``schemas/hit.schema.json``: every output format (``--json``, ``--nl``, ``--csv``)
 carries the same fields. The mask fields are filled in by
-``wherein.search.masking.add_masks_to_hits`` when a search asks for masks; they
+``wherein.search.localize.masking.add_masks_to_hits`` when a search asks for masks; they
 are left out of the JSON form while unset. ``extra`` holds fields added by later
 features that are not declared here yet: they are merged into the JSON form.
 """
@@ -35,7 +35,7 @@ HIT_CORE_FIELDS = (
     "format",
     "exists",
 )
-# Present only when set (issue 4: masks).
+# Present only when set (masks).
 HIT_MASK_FIELDS = ("mask_path", "overlay_path", "bbox", "mask_area", "mask_score")
 
 
@@ -72,7 +72,7 @@ class Hit:
     format: str | None = None
     exists: bool = True
     mtime_ns: int | None = field(default=None, repr=False)  # for sorting; not in the JSON form
-    # -- masks (issue 4) ---------------------------------------------------
+    # -- masks ---------------------------------------------------------
     mask_path: str | None = None
     overlay_path: str | None = None
     bbox: dict[str, Any] | None = None  # e.g. {"largest": [x0,y0,x1,y1], "union": [x0,y0,x1,y1]}

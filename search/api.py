@@ -48,15 +48,24 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer import paths as P
-from wherein.indexer.errors import IndexError_, ModelError, WhereinError
-from wherein.indexer.modeldir import ModelDir
+from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.normalize import unit_rows
-from wherein.indexer.store import IndexStore
+from wherein.indexer.store.index_store import IndexStore
+from wherein.schemas.errors import IndexError_, ModelError
 from wherein.schemas.models import SIGLIP_IMAGE_SIZE, SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import Hit
 from wherein.search.query import Query, QueryError, Term
 
-__all__ = ["Hit", "Query", "QueryError", "QueryVectors", "Searcher", "SORT_KEYS", "add_masks", "open_index"]
+__all__ = [
+    "Hit",
+    "Query",
+    "QueryError",
+    "QueryVectors",
+    "Searcher",
+    "SORT_KEYS",
+    "add_masks",
+    "open_index",
+]
 
 SORT_KEYS = ("score", "date", "path", "size")
 DEFAULT_K = 10
@@ -86,7 +95,9 @@ def open_index(
 
 
 class Searcher:
-    def __init__(self, store: IndexStore, models: ModelDir, template: str | None = SIGLIP_PROMPT_TEMPLATE) -> None:
+    def __init__(
+        self, store: IndexStore, models: ModelDir, template: str | None = SIGLIP_PROMPT_TEMPLATE
+    ) -> None:
         self.store = store
         self.models = models
         self.template = template
@@ -127,14 +138,14 @@ class Searcher:
     @property
     def text_tower(self):
         # A converted text tower (.tflite) serves queries without torch; else open_clip.
-        from wherein.search.text_tower_litert import load_query_encoder
+        from wherein.indexer.models.text_tower_litert import load_query_encoder
 
         return load_query_encoder(str(self.models.root))
 
     @property
     def image_tower(self):
         if self._image_tower is None:
-            from wherein.indexer.image_tower import ImageTower
+            from wherein.indexer.models.image_tower import ImageTower
 
             self._image_tower = ImageTower.from_models(self.models)
         return self._image_tower
@@ -246,15 +257,23 @@ class Searcher:
             raise QueryError("--min-score is a cosine: between -1 and 1")
         q = Query.parse(query) if isinstance(query, str) else query
         if min_probability is not None and not q.has_text:
-            raise QueryError("--min-probability needs a text term (image-only queries have no calibrated "
-                             "probability); use --min-score")
+            raise QueryError(
+                "--min-probability needs a text term (image-only queries have no calibrated "
+                "probability); use --min-score"
+            )
         t0 = time.perf_counter()
         with self._lock:
             self.store.ensure_vectors(persist=False)  # cheap when current; catches up after a crash
             empty = self.store.vectors.ntotal == 0  # not count(*): that scans the vector blobs
         if empty:
             q.validate()
-            self.last_timings = {"sync_ms": 0.0, "encode_ms": 0.0, "ann_ms": 0.0, "join_ms": 0.0, "total_ms": 0.0}
+            self.last_timings = {
+                "sync_ms": 0.0,
+                "encode_ms": 0.0,
+                "ann_ms": 0.0,
+                "join_ms": 0.0,
+                "total_ms": 0.0,
+            }
             return []
         t_sync = time.perf_counter()
         qv = self.embed_query(q)
@@ -319,22 +338,29 @@ class Searcher:
             # "All matches" is a promise: an IVF range search probes every list (a scan of
             # the 1-byte codes, still 4x less memory traffic than Flat), not just nprobe.
             # FAISS keeps scores > radius; nudge so == counts as a match.
-            _, _, ids = index.range_search(vec[None].astype(np.float32), np.nextafter(radius, -2.0),
-                                           params=_params(selector, choice.nlist if nprobe else 0))
+            _, _, ids = index.range_search(
+                vec[None].astype(np.float32),
+                np.nextafter(radius, -2.0),
+                params=_params(selector, choice.nlist if nprobe else 0),
+            )
             return np.unique(ids.astype(np.int64))
         want = k or DEFAULT_K
         available = index.ntotal if allowed is None else len(allowed)
         # Approximate scores: over-fetch, the exact re-scoring in _join picks the true top k.
         fetch = min(available, want * 4 if approx else want)
         while True:
-            _, ids = index.search(qv.full[None].astype(np.float32), max(1, fetch), params=_params(selector, nprobe))
+            _, ids = index.search(
+                qv.full[None].astype(np.float32), max(1, fetch), params=_params(selector, nprobe)
+            )
             got = ids[0][ids[0] >= 0]
             # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
             if len(got) >= min(want, available) or not nprobe or nprobe >= choice.nlist:
                 return got.astype(np.int64)
             nprobe = min(choice.nlist, nprobe * 4)
 
-    def _join(self, qv: QueryVectors, ids: np.ndarray, k, min_probability, min_score, check_exists) -> list[Hit]:
+    def _join(
+        self, qv: QueryVectors, ids: np.ndarray, k, min_probability, min_score, check_exists
+    ) -> list[Hit]:
         """Exact scores from the catalog's vectors, the cut, then catalog rows -> Hits."""
         if len(ids) == 0:
             return []
@@ -351,8 +377,14 @@ class Searcher:
             keep &= text_cos >= self.text_tower.cosine_for_probability(min_probability) - 1e-7
         if min_score is not None:
             keep &= scores >= min_score - 1e-7
-        order = [i for i in np.lexsort((got, -scores)) if keep[i]]  # by score, ties by id: stable output
-        limit = k if k is not None else (None if (min_probability is not None or min_score is not None) else DEFAULT_K)
+        order = [
+            i for i in np.lexsort((got, -scores)) if keep[i]
+        ]  # by score, ties by id: stable output
+        limit = (
+            k
+            if k is not None
+            else (None if (min_probability is not None or min_score is not None) else DEFAULT_K)
+        )
         if limit is not None:
             order = order[:limit]
         rows = cat.rows_by_ids(got[order])
@@ -374,15 +406,15 @@ class Searcher:
 
 
 def add_masks(
-    hits: list[Hit], prompt: str, out_dir: Path, models_root: Path, min_mask_area: float | None = None
+    hits: list[Hit],
+    prompt: str,
+    out_dir: Path,
+    models_root: Path,
+    min_mask_area: float | None = None,
 ) -> list[Hit]:
-    """Hand hits to the mask feature (wherein.search.masking) when it is installed."""
-    try:
-        from wherein.search.masking import add_masks_to_hits
-    except ModuleNotFoundError as exc:
-        if exc.name != "wherein.search.masking":
-            raise
-        raise WhereinError("masks are not available in this build (wherein.search.masking is missing)") from None
+    """A CLIPSeg mask for every hit (see wherein.search.localize.masking)."""
+    from wherein.search.localize.masking import add_masks_to_hits
+
     return add_masks_to_hits(hits, prompt, out_dir, models_root, min_mask_area)
 
 
@@ -396,10 +428,10 @@ def _params(selector, nprobe: int):
 
 def _check_dim(got: int, want: int, what: str) -> None:
     if want and got != want:
-        raise IndexError_(f"the {what} gives {got}-dimensional vectors but the index holds {want}-dimensional "
-                          f"ones: the models do not match the index (re-index, or use the matching --models)")
-
-
+        raise IndexError_(
+            f"the {what} gives {got}-dimensional vectors but the index holds {want}-dimensional "
+            f"ones: the models do not match the index (re-index, or use the matching --models)"
+        )
 
 
 def _combine(parts: list[np.ndarray], weights: list[float]) -> np.ndarray | None:
@@ -443,4 +475,3 @@ def _sort(hits: list[Hit], key: str, reverse: bool) -> None:
         hits.sort(key=lambda h: h.path, reverse=reverse)
     elif key == "size":
         hits.sort(key=lambda h: (-(h.size or 0), h.rank), reverse=reverse)
-

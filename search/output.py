@@ -107,7 +107,7 @@ def read_csv(text: str) -> list[dict]:
 
 
 def to_table(hits: Sequence[Hit]) -> str:
-    from wherein.search.cli_common import table
+    from wherein.search.cli.common import table
 
     has_mask = any(h.mask_path for h in hits)
     rows = []
@@ -127,4 +127,13 @@ def to_table(hits: Sequence[Hit]) -> str:
     return table(rows, cols)
 
 
-__all__ = ["FORMATS", "HIT_MASK_FIELDS", "csv_columns", "read_csv", "render", "to_csv", "to_json", "to_table"]
+__all__ = [
+    "FORMATS",
+    "HIT_MASK_FIELDS",
+    "csv_columns",
+    "read_csv",
+    "render",
+    "to_csv",
+    "to_json",
+    "to_table",
+]

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wherein.indexer.errors import WhereinError
+from wherein.schemas.errors import WhereinError
 
 
 class QueryError(WhereinError):
@@ -55,7 +55,9 @@ class Term:
     def describe(self) -> str:
         sign = "-" if self.weight < 0 else "+"
         w = abs(self.weight)
-        body = {"image": f"@{self.value}", "indexed": f"@#{self.value}"}.get(self.kind, repr(self.value))
+        body = {"image": f"@{self.value}", "indexed": f"@#{self.value}"}.get(
+            self.kind, repr(self.value)
+        )
         return f"{sign} {body}" + ("" if w == 1 else f":{w:g}")
 
 
@@ -125,7 +127,9 @@ class Query:
         if not self.terms:
             raise QueryError("empty query: give some text, or an image with --like")
         if not any(t.weight > 0 for t in self.terms):
-            raise QueryError("the query needs at least one positive term (only '-' terms were given)")
+            raise QueryError(
+                "the query needs at least one positive term (only '-' terms were given)"
+            )
 
     def __str__(self) -> str:
         s = " ".join(t.describe() for t in self.terms)

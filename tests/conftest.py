@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from wherein.indexer.standins import build_standin_models
-from wherein.indexer.standins.palette import rgb255
+from wherein.indexer.models.standins import build_standin_models
+from wherein.indexer.models.standins.palette import rgb255
 
 BACKGROUND = (247, 247, 247)
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from wherein.indexer.errors import ModelError
-from wherein.indexer.modeldir import ModelDir
+from wherein.indexer.models.clipseg import ClipSeg, Features
+from wherein.indexer.models.modeldir import ModelDir
+from wherein.schemas.errors import ModelError
 from wherein.schemas.models import CLIPSEG_EOT, CLIPSEG_SOT
-from wherein.search.clipseg import ClipSeg, Features
-from wherein.search.masking import MaskResult
+from wherein.search.localize.masking import MaskResult
 
 from conftest import draw_shape
 
@@ -38,8 +38,12 @@ class Counting:
 
 def counted(model: ClipSeg) -> ClipSeg:
     return ClipSeg(
-        Counting(model.vision), Counting(model.text), Counting(model.decoder),
-        model.token_table, model.projection, model.tokenizer,
+        Counting(model.vision),
+        Counting(model.text),
+        Counting(model.decoder),
+        model.token_table,
+        model.projection,
+        model.tokenizer,
     )
 
 
@@ -140,7 +144,9 @@ def test_wrong_graph_in_a_slot_is_a_clear_error(standin_models, tmp_path):
     vision = root / "clipseg" / "clipseg_vision_fp16.tflite"
     vision.unlink()
     shutil.copyfile(standin_models / "clipseg" / "clipseg_decoder.tflite", vision)
-    with pytest.raises(ModelError, match=r"clipseg_vision_fp16\.tflite: expected \[1, 3, 352, 352\]"):
+    with pytest.raises(
+        ModelError, match=r"clipseg_vision_fp16\.tflite: expected \[1, 3, 352, 352\]"
+    ):
         ClipSeg.load(ModelDir(root), 1)
 
 

@@ -24,6 +24,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from wherein.indexer.imaging import clipseg_input
+from wherein.indexer.models.clipseg import ClipSeg, Features, sigmoid
 from wherein.schemas.models import (
     CLIPSEG,
     CLIPSEG_EOT,
@@ -35,12 +36,16 @@ from wherein.schemas.models import (
     CLIPSEG_TOKENS,
     CLIPSEG_WIDTH,
 )
-from wherein.search.clipseg import ClipSeg, Features, sigmoid
-from wherein.search.masking import MaskResult
+from wherein.search.localize.masking import MaskResult
 
 pytestmark = pytest.mark.parity
 
-PROMPTS = ["a red square", "A photo of a cat.", "two dogs playing in the snow", "the man's bicycle, leaning (left)"]
+PROMPTS = [
+    "a red square",
+    "A photo of a cat.",
+    "two dogs playing in the snow",
+    "the man's bicycle, leaning (left)",
+]
 
 
 def small_reference():
@@ -48,10 +53,21 @@ def small_reference():
     from transformers import CLIPSegConfig, CLIPSegForImageSegmentation
 
     config = CLIPSegConfig(
-        text_config={"hidden_size": CLIPSEG_TEXT_WIDTH, "intermediate_size": 512, "num_hidden_layers": 2,
-                     "num_attention_heads": 8, "max_position_embeddings": CLIPSEG_TEXT_LEN},
-        vision_config={"hidden_size": CLIPSEG_WIDTH, "intermediate_size": 768, "num_hidden_layers": 10,
-                       "num_attention_heads": 12, "patch_size": 16, "image_size": 224},
+        text_config={
+            "hidden_size": CLIPSEG_TEXT_WIDTH,
+            "intermediate_size": 512,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 8,
+            "max_position_embeddings": CLIPSEG_TEXT_LEN,
+        },
+        vision_config={
+            "hidden_size": CLIPSEG_WIDTH,
+            "intermediate_size": 768,
+            "num_hidden_layers": 10,
+            "num_attention_heads": 12,
+            "patch_size": 16,
+            "image_size": 224,
+        },
         projection_dim=CLIPSEG_TEXT_WIDTH,
         reduce_dim=64,
         extract_layers=[3, 6, 9],
@@ -81,7 +97,9 @@ class TorchGraph:
         import torch
 
         with torch.inference_mode():
-            out = self.fn(*(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs))
+            out = self.fn(
+                *(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)) for x in inputs)
+            )
         out = (out,) if isinstance(out, torch.Tensor) else out
         return [o.detach().numpy() for o in out]
 
@@ -100,7 +118,9 @@ def split(model):
         return text_model.final_layer_norm(h)
 
     def vision(x):
-        hs = vision_model(pixel_values=x, output_hidden_states=True, interpolate_pos_encoding=True).hidden_states
+        hs = vision_model(
+            pixel_values=x, output_hidden_states=True, interpolate_pos_encoding=True
+        ).hidden_states
         return tuple(hs[i + 1] for i in model.extract_layers)
 
     def decoder(t3, t6, t9, cond):
@@ -111,7 +131,7 @@ def split(model):
 
 def write_assets(model, out: Path) -> Path:
     """The bundle's host assets: fp16 tables and HF-form vocab.json/merges.txt."""
-    from wherein.indexer.standins.clipseg import write_bpe_files
+    from wherein.indexer.models.standins.clipseg import write_bpe_files
 
     out.mkdir(parents=True, exist_ok=True)
     table = model.clip.text_model.embeddings.token_embedding.weight.detach().numpy()
@@ -156,7 +176,9 @@ def hf_tokenizer(assets):
 
 
 def hf_ids(tok, prompt: str) -> list[int]:
-    return tok(prompt, padding="max_length", max_length=CLIPSEG_TEXT_LEN, truncation=True)["input_ids"]
+    return tok(prompt, padding="max_length", max_length=CLIPSEG_TEXT_LEN, truncation=True)[
+        "input_ids"
+    ]
 
 
 def test_tokens_match_clip_tokenizer(host, hf_tokenizer):
@@ -172,9 +194,14 @@ def test_preprocessing_matches_the_cidas_processor_config():
     from transformers import ViTImageProcessor
 
     proc = ViTImageProcessor(
-        do_resize=True, size={"height": CLIPSEG_IMAGE_SIZE, "width": CLIPSEG_IMAGE_SIZE},
-        resample=Image.BILINEAR, do_rescale=True, rescale_factor=1 / 255, do_normalize=True,
-        image_mean=list(CLIPSEG_MEAN), image_std=list(CLIPSEG_STD),
+        do_resize=True,
+        size={"height": CLIPSEG_IMAGE_SIZE, "width": CLIPSEG_IMAGE_SIZE},
+        resample=Image.BILINEAR,
+        do_rescale=True,
+        rescale_factor=1 / 255,
+        do_normalize=True,
+        image_mean=list(CLIPSEG_MEAN),
+        image_std=list(CLIPSEG_STD),
     )
     img = photo()
     ref = np.asarray(proc(images=img, return_tensors="np")["pixel_values"][0])
@@ -216,9 +243,16 @@ def test_cond_and_logits_match_the_whole_reference_model(reference, host, hf_tok
     for prompt in PROMPTS:
         ids = hf_ids(hf_tokenizer, prompt)
         with torch.inference_mode():
-            out = reference(input_ids=torch.tensor([ids]), pixel_values=pixels,
-                            attention_mask=torch.tensor([[1] * (ids.index(CLIPSEG_EOT) + 1) + [0] * (
-                                CLIPSEG_TEXT_LEN - ids.index(CLIPSEG_EOT) - 1)]))
+            out = reference(
+                input_ids=torch.tensor([ids]),
+                pixel_values=pixels,
+                attention_mask=torch.tensor(
+                    [
+                        [1] * (ids.index(CLIPSEG_EOT) + 1)
+                        + [0] * (CLIPSEG_TEXT_LEN - ids.index(CLIPSEG_EOT) - 1)
+                    ]
+                ),
+            )
         ref_cond = out.conditional_embeddings[0].numpy()
         ref_logits = out.logits[0].numpy()
         cond = host.encode_prompt(prompt)
@@ -226,14 +260,18 @@ def test_cond_and_logits_match_the_whole_reference_model(reference, host, hf_tok
         logits = host.logits(feats, cond)
         scale = np.abs(ref_logits).max()
         np.testing.assert_allclose(logits, ref_logits, atol=1e-4 * scale)
-        assert ref_logits.std() > 1e-3 * scale  # the map is not flat: the comparison means something
+        assert (
+            ref_logits.std() > 1e-3 * scale
+        )  # the map is not flat: the comparison means something
         # The mask is a deterministic function of the logits: same pixels.
         ours = MaskResult.from_probability(prompt, host.decode(feats, cond), img.size)
         ref = MaskResult.from_probability(prompt, sigmoid(ref_logits), img.size)
         assert (ours.mask != ref.mask).mean() < 1e-4
     # The comparison can fail: a swapped binding or another cond gives other logits.
     swapped = host.logits(Features(feats.t6, feats.t3, feats.t9), host.encode_prompt(PROMPTS[0]))
-    assert not np.allclose(swapped, host.logits(feats, host.encode_prompt(PROMPTS[0])), atol=1e-2 * scale)
+    assert not np.allclose(
+        swapped, host.logits(feats, host.encode_prompt(PROMPTS[0])), atol=1e-2 * scale
+    )
 
 
 @pytest.mark.convert
@@ -243,7 +281,7 @@ def test_converted_graphs_match_the_reference(reference, host, assets, tmp_path)
     import litert_torch
     import torch
 
-    from wherein.indexer.litert_graph import LiteRTGraph
+    from wherein.indexer.models.litert_graph import LiteRTGraph
 
     vision, text, decoder = split(reference)
     ex = {
@@ -263,8 +301,9 @@ def test_converted_graphs_match_the_reference(reference, host, assets, tmp_path)
             return self.fn(*xs)
 
     graphs = []
-    for name, piece, spec in zip(("vision", "text", "decoder"), (vision, text, decoder), CLIPSEG.graphs,
-                                 strict=True):
+    for name, piece, spec in zip(
+        ("vision", "text", "decoder"), (vision, text, decoder), CLIPSEG.graphs, strict=True
+    ):
         path = tmp_path / spec.filename
         litert_torch.convert(Wrap(piece.fn).eval(), ex[name]).export(str(path))
         g = LiteRTGraph(path, 2)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from wherein.indexer.modeldir import ModelDir
+from wherein.indexer.models.modeldir import ModelDir
 
 from conftest import draw_shape
 
@@ -36,7 +36,7 @@ def _verify(root: Path, *args: str):
 
 
 def _small_reference(seed: int = 0):
-    from wherein.indexer.convert_towers import Source, image_module
+    from wherein.indexer.models.convert.towers import Source, image_module
 
     return image_module(Source("random", config="small", seed=seed))
 
@@ -49,8 +49,8 @@ def small_fp32(tmp_path_factory) -> Path:
 
 
 def test_small_tower_matches_torch_at_batch_1_and_8(small_fp32):
-    from wherein.indexer.convert import random_images, torch_embed
-    from wherein.indexer.image_tower import ImageTower
+    from wherein.indexer.models.convert.build import random_images, torch_embed
+    from wherein.indexer.models.image_tower import ImageTower
 
     tower = ImageTower.from_models(ModelDir(small_fp32))
     assert tower.batch_size == 8
@@ -60,7 +60,9 @@ def test_small_tower_matches_torch_at_batch_1_and_8(small_fp32):
     assert np.corrcoef(got.ravel(), ref.ravel())[0, 1] >= 0.9999
     assert np.allclose(got, ref, atol=1e-4)
     # The batch-8 signature gives each image what the batch-1 signature gives it.
-    one = np.concatenate([tower.graph.run(x[i : i + 1], signature="serving_default")[0] for i in range(8)])
+    one = np.concatenate(
+        [tower.graph.run(x[i : i + 1], signature="serving_default")[0] for i in range(8)]
+    )
     eight = tower.graph.run(x[:8], signature="batch_8")[0]
     assert np.allclose(one, eight, atol=1e-5)
     assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
@@ -77,17 +79,19 @@ def test_manifest_describes_the_graph(small_fp32):
     assert m["signatures"]["batch_8"]["outputs"]["output_0"] == [8, 768]
     for fig in m["parity"]["figures"].values():
         assert fig["pearson"] >= 0.9999
-    from wherein.indexer.litert_graph import LiteRTGraph
+    from wherein.indexer.models.litert_graph import LiteRTGraph
 
     g = LiteRTGraph(d / m["file"], 1)
     assert {k: s.input_shapes for k, s in g.signatures.items()} == {
-        "serving_default": [(1, 3, 224, 224)], "batch_8": [(8, 3, 224, 224)]}
+        "serving_default": [(1, 3, 224, 224)],
+        "batch_8": [(8, 3, 224, 224)],
+    }
 
 
 def test_verify_passes_then_fails_on_tampering(small_fp32, tmp_path):
     r = _verify(small_fp32)
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output[r.output.index("{"):])
+    out = json.loads(r.output[r.output.index("{") :])
     assert out["ok"] and {g["signature"] for g in out["graphs"]} == {"serving_default", "batch_8"}
 
     # A graph swapped for another one: caught by the manifest's digest.
@@ -111,19 +115,32 @@ def test_verify_passes_then_fails_on_tampering(small_fp32, tmp_path):
     (d / "manifest.json").write_text(json.dumps(m))
     r = _verify(lied)
     assert r.exit_code == 1
-    rows = json.loads(r.output[r.output.index("{"):])["graphs"]
+    rows = json.loads(r.output[r.output.index("{") :])["graphs"]
     assert all(row["pearson"] < 0.9999 for row in rows)
 
 
 def test_int8_small_tower_within_one_percent(tmp_path, small_fp32):
-    from wherein.indexer.convert import random_images, torch_embed
-    from wherein.indexer.image_tower import ImageTower
+    from wherein.indexer.models.convert.build import random_images, torch_embed
+    from wherein.indexer.models.image_tower import ImageTower
 
-    _convert(tmp_path, "siglip2", "--random-weights", "--config", "small", "--batch", "8", "--precision", "int8")
+    _convert(
+        tmp_path,
+        "siglip2",
+        "--random-weights",
+        "--config",
+        "small",
+        "--batch",
+        "8",
+        "--precision",
+        "int8",
+    )
     md = ModelDir(tmp_path)
     m = json.loads((md.image_dir / "manifest.json").read_text())
     assert m["precision"] == "int8"
-    assert md.image_tower_file().stat().st_size < ModelDir(small_fp32).image_tower_file().stat().st_size
+    assert (
+        md.image_tower_file().stat().st_size
+        < ModelDir(small_fp32).image_tower_file().stat().st_size
+    )
     x = random_images(16, seed=5)
     got = ImageTower.from_models(md).embed(x)
     ref = torch_embed(_small_reference(), x)
@@ -134,8 +151,13 @@ def test_int8_small_tower_within_one_percent(tmp_path, small_fp32):
 def test_offline_real_weights_give_one_line_error(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     exe = Path(sys.executable).parent / "wherein"
-    r = subprocess.run([str(exe), "models", "convert", "siglip2", "--out", str(tmp_path)],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [str(exe), "models", "convert", "siglip2", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: cannot load hf-hub:timm/ViT-B-16-SigLIP2")
@@ -145,11 +167,23 @@ def test_offline_real_weights_give_one_line_error(tmp_path):
 
 
 def test_batched_standin_tower_indexes_the_same_vectors(standin_models, tmp_path):
-    from wherein.indexer.image_tower import ImageTower
-    from wherein.indexer.store import IndexStore
+    from wherein.indexer.models.image_tower import ImageTower
+    from wherein.indexer.store.index_store import IndexStore
 
     photos = tmp_path / "photos"
-    colours = ["red", "green", "blue", "yellow", "orange", "purple", "white", "black", "red", "blue", "green"]
+    colours = [
+        "red",
+        "green",
+        "blue",
+        "yellow",
+        "orange",
+        "purple",
+        "white",
+        "black",
+        "red",
+        "blue",
+        "green",
+    ]
     for i, c in enumerate(colours):  # 11 images: one batch of 8 and a tail of 3
         draw_shape(photos / f"{i:02d}_{c}.png", c, box=(0.05 * (i % 4), 0.1, 0.9, 0.9))
     batched = tmp_path / "models-batched"
@@ -159,7 +193,9 @@ def test_batched_standin_tower_indexes_the_same_vectors(standin_models, tmp_path
 
     def index(models: Path, name: str) -> dict[str, np.ndarray]:
         idx = tmp_path / name
-        r = CliRunner().invoke(_cli(), ["index", str(photos), "--models", str(models), "--index", str(idx), "-q"])
+        r = CliRunner().invoke(
+            _cli(), ["index", str(photos), "--models", str(models), "--index", str(idx), "-q"]
+        )
         assert r.exit_code == 0, r.output
         with IndexStore.open(idx) as store:
             cat = store.catalog
@@ -175,8 +211,8 @@ def test_batched_standin_tower_indexes_the_same_vectors(standin_models, tmp_path
 
 
 def test_regenerated_standin_graphs_compute_the_committed_outputs(tmp_path):
-    from wherein.indexer.litert_graph import LiteRTGraph
-    from wherein.indexer.standins import GRAPH_FILES, GRAPHS_DIR, build_graphs
+    from wherein.indexer.models.litert_graph import LiteRTGraph
+    from wherein.indexer.models.standins import GRAPH_FILES, GRAPHS_DIR, build_graphs
 
     build_graphs(tmp_path)
     rng = np.random.default_rng(0)
@@ -197,19 +233,28 @@ def litert_text_models(standin_models, tmp_path_factory) -> Path:
     return root
 
 
-PROMPTS = ["a red square", "This is a photo of a BLUE disc.", "green &amp; yellow", "café—purple!", "a dog", ""]
+PROMPTS = [
+    "a red square",
+    "This is a photo of a BLUE disc.",
+    "green &amp; yellow",
+    "café—purple!",
+    "a dog",
+    "",
+]
 
 
 def test_litert_text_tower_equals_torch(litert_text_models):
-    from wherein.search.text_tower import TextTower
-    from wherein.search.text_tower_litert import LiteRTTextTower, load_query_encoder
+    from wherein.indexer.models.text_tower import TextTower
+    from wherein.indexer.models.text_tower_litert import LiteRTTextTower, load_query_encoder
 
     lite = load_query_encoder(str(litert_text_models))
     assert isinstance(lite, LiteRTTextTower)
     ref = TextTower.from_models(ModelDir(litert_text_models))
     assert np.array_equal(lite.tokenizer(PROMPTS), ref.tokenizer(PROMPTS).numpy())
     assert np.allclose(lite.encode(PROMPTS), ref.encode(PROMPTS), atol=1e-5)
-    assert lite.logit_scale == pytest.approx(ref.logit_scale) and lite.logit_bias == pytest.approx(ref.logit_bias)
+    assert lite.logit_scale == pytest.approx(ref.logit_scale) and lite.logit_bias == pytest.approx(
+        ref.logit_bias
+    )
     assert lite.cosine_for_probability(0.5) == pytest.approx(ref.cosine_for_probability(0.5))
     assert lite.dim == 768 and lite.space == ref.space
     r = _verify(litert_text_models)
@@ -219,7 +264,7 @@ def test_litert_text_tower_equals_torch(litert_text_models):
 def test_query_needs_no_torch_with_litert_text(litert_text_models):
     code = (
         "import sys, numpy as np\n"
-        "from wherein.search.text_tower_litert import load_query_encoder\n"
+        "from wherein.indexer.models.text_tower_litert import load_query_encoder\n"
         f"t = load_query_encoder({str(litert_text_models)!r})\n"
         "e = t.encode(['a red square', 'a blue square'])\n"
         "assert e.shape == (2, 768)\n"
@@ -255,8 +300,8 @@ def test_search_uses_litert_text_tower_without_torch(litert_text_models, shapes,
 
 
 def test_query_encoder_falls_back_to_torch(standin_models):
-    from wherein.search.text_tower import TextTower
-    from wherein.search.text_tower_litert import load_query_encoder
+    from wherein.indexer.models.text_tower import TextTower
+    from wherein.indexer.models.text_tower_litert import load_query_encoder
 
     assert isinstance(load_query_encoder(str(standin_models)), TextTower)
 
@@ -267,18 +312,29 @@ def test_hf_tokenizer_path_matches_open_clip(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    from wherein.indexer.convert import PROBE_TEXTS, _special_ids
-    from wherein.search.text_tower_litert import QueryTokenizer
+    from wherein.indexer.models.convert.build import PROBE_TEXTS, _special_ids
+    from wherein.indexer.models.text_tower_litert import QueryTokenizer
 
-    words = sorted({w for t in PROBE_TEXTS for w in t.lower().split()} | {"a", "photo", "tshirt", "cafe"})
+    words = sorted(
+        {w for t in PROBE_TEXTS for w in t.lower().split()} | {"a", "photo", "tshirt", "cafe"}
+    )
     vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(words)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>",
-                            unk_token="<unk>").save_pretrained(tmp_path)
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", 1)]
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    ).save_pretrained(tmp_path)
     reference = HFTokenizer(str(tmp_path), context_length=64, clean="canonicalize")
-    recipe = {"kind": "hf", "file": "tokenizer.json", "clean": "canonicalize", "context_length": 64, "pad_id": 0}
+    recipe = {
+        "kind": "hf",
+        "file": "tokenizer.json",
+        "clean": "canonicalize",
+        "context_length": 64,
+        "pad_id": 0,
+    }
     prefix, suffix = _special_ids(reference, recipe, tmp_path)
     assert (prefix, suffix) == ([], [1])
     ours = QueryTokenizer(tmp_path, {**recipe, "prefix": prefix, "suffix": suffix})(PROBE_TEXTS)
@@ -291,8 +347,19 @@ def test_hf_tokenizer_path_matches_open_clip(tmp_path):
 def test_random_weights_never_replace_a_trained_tower(standin_models, tmp_path):
     models = tmp_path / "models"
     shutil.copytree(standin_models, models)
-    r = CliRunner().invoke(_cli(), ["models", "convert", "siglip2", "--random-weights", "--config", "small",
-                                    "--out", str(models)])
+    r = CliRunner().invoke(
+        _cli(),
+        [
+            "models",
+            "convert",
+            "siglip2",
+            "--random-weights",
+            "--config",
+            "small",
+            "--out",
+            str(models),
+        ],
+    )
     assert r.exit_code == 1
     assert "holds a trained image tower" in r.output
     assert not (ModelDir(models).image_dir / "manifest.json").exists()

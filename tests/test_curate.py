@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-from wherein.indexer import vectors as V
-from wherein.indexer.store import IndexStore
+from wherein.indexer.store import vectors as V
+from wherein.indexer.store.index_store import IndexStore
 from wherein.search.api import open_index
 from wherein.search.cli import cli
 from wherein.search.curate import dupes as D
@@ -52,13 +52,17 @@ def indexed(env, shapes) -> Path:
 
 
 # -- select ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("colour, expected", [("red", RED), ("blue", BLUE), ("green", {"green.bmp"})])
+@pytest.mark.parametrize(
+    "colour, expected", [("red", RED), ("blue", BLUE), ("green", {"green.bmp"})]
+)
 def test_select_is_exactly_the_images_of_a_colour(indexed, colour, expected):
     hits = as_json("select", colour, "--min-probability", "0.5")
     assert set(names(hits)) == expected
     assert all(h["probability"] >= 0.5 for h in hits)
     # every image of that colour and nothing else: the rest of the index is far below
-    others = [h for h in as_json("search", colour, "-k", "6") if Path(h["path"]).name not in expected]
+    others = [
+        h for h in as_json("search", colour, "-k", "6") if Path(h["path"]).name not in expected
+    ]
     assert all(h["probability"] < 0.1 for h in others)
 
 
@@ -87,7 +91,11 @@ def test_copy_to_writes_the_selection_and_never_overwrites(indexed, tmp_path):
     # a second run refuses, with a one-line error, and leaves the copies alone
     (dest / "red_disc.png").write_bytes(b"mine")
     again = run("select", "red", "-p", "0.5", "--copy-to", dest, ok=False)
-    assert again.exit_code == 1 and "already exist" in again.output and "nothing was copied" in again.output
+    assert (
+        again.exit_code == 1
+        and "already exist" in again.output
+        and "nothing was copied" in again.output
+    )
     assert (dest / "red_disc.png").read_bytes() == b"mine"
 
 
@@ -97,7 +105,9 @@ def test_a_conflict_leaves_nothing_half_done(indexed, tmp_path):
     (dest / "red_square.jpg").write_bytes(b"already here")
     res = run("select", "red", "-p", "0.5", "--copy-to", dest, ok=False)
     assert res.exit_code == 1 and "red_square.jpg" in res.output
-    assert sorted(p.name for p in dest.iterdir()) == ["red_square.jpg"]  # red_disc.png was not copied either
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "red_square.jpg"
+    ]  # red_disc.png was not copied either
     # a broken symlink is an existing target too
     dest2 = tmp_path / "out2"
     dest2.mkdir()
@@ -125,7 +135,10 @@ def test_same_basename_in_two_folders(env, tmp_path):
     run("index", photos, "-q")
     tree = tmp_path / "tree"
     run("select", "red", "-p", "0.5", "--copy-to", tree)
-    assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.png")) == ["2023/x.png", "2024/x.png"]
+    assert sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*.png")) == [
+        "2023/x.png",
+        "2024/x.png",
+    ]
     flat = tmp_path / "flat"
     hits = as_json("select", "red", "-p", "0.5", "--copy-to", flat, "--flat")
     want = sorted(f"x-{h['id']}.png" for h in hits)
@@ -155,7 +168,10 @@ def test_select_export_round_trips(indexed, tmp_path, ext):
 
 def test_format_overrides_the_extension(indexed, tmp_path):
     out = tmp_path / "sel.txt"
-    assert "cannot tell the export format" in run("select", "red", "-p", "0.5", "--export", out, ok=False).output
+    assert (
+        "cannot tell the export format"
+        in run("select", "red", "-p", "0.5", "--export", out, ok=False).output
+    )
     run("select", "red", "-p", "0.5", "--export", out, "--format", "jsonl")
     assert set(names(read_export(out, "jsonl"))) == RED
 
@@ -166,7 +182,9 @@ def test_parquet_without_pyarrow_is_a_one_line_error(indexed, tmp_path, monkeypa
     out = tmp_path / "sel.parquet"
     res = run("select", "red", "-p", "0.5", "--export", out, ok=False)
     assert res.exit_code == 1
-    assert res.stderr.strip().splitlines() == [f"Error: {PYARROW_MISSING}"]  # checked before any work
+    assert res.stderr.strip().splitlines() == [
+        f"Error: {PYARROW_MISSING}"
+    ]  # checked before any work
     assert "wherein[scale]" in res.output and not out.exists()
 
 
@@ -187,8 +205,12 @@ def test_labels_are_the_models_probabilities_and_are_stored(indexed, tmp_path):
     hits = as_json("label", "--labels", "red, blue,green", "--export", out)
     assert len(hits) == 6
     by_name = {Path(h["path"]).name: h for h in hits}
-    assert by_name["red_disc.png"]["label"] == "red" and by_name["blue_wide.webp"]["label"] == "blue"
-    assert by_name["red_disc.png"]["labels"]["red"] > 0.5 > by_name["red_disc.png"]["labels"]["blue"]
+    assert (
+        by_name["red_disc.png"]["label"] == "red" and by_name["blue_wide.webp"]["label"] == "blue"
+    )
+    assert (
+        by_name["red_disc.png"]["labels"]["red"] > 0.5 > by_name["red_disc.png"]["labels"]["blue"]
+    )
     # independent sigmoids: yellow matches none of the labels, so its probabilities sum to far below 1
     assert sum(by_name["yellow.gif"]["labels"].values()) < 0.2
     with open_index() as s:
@@ -198,8 +220,12 @@ def test_labels_are_the_models_probabilities_and_are_stored(indexed, tmp_path):
         ids, vecs = s.store.catalog.vectors_for([h["id"] for h in hits[:4]])
         vecs = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
         want = tower.probability(vecs @ text.T)
-        got = np.array([[by_id["labels"][c] for c in ("red", "blue", "green")]
-                        for by_id in ({h["id"]: h for h in hits}[int(i)] for i in ids)])
+        got = np.array(
+            [
+                [by_id["labels"][c] for c in ("red", "blue", "green")]
+                for by_id in ({h["id"]: h for h in hits}[int(i)] for i in ids)
+            ]
+        )
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
         model_id = s.store.catalog.get_meta("model_id")
         stored = L.read_labels(s.store.catalog)
@@ -232,7 +258,8 @@ def test_label_rows_go_with_their_image(indexed):
     run("index", indexed, "-q")
     with IndexStore.open(os.environ["WHEREIN_INDEX"]) as store:
         orphans = store.catalog.conn.execute(
-            "SELECT count(*) FROM labels l LEFT JOIN images i ON i.id = l.image_id WHERE i.id IS NULL").fetchone()[0]
+            "SELECT count(*) FROM labels l LEFT JOIN images i ON i.id = l.image_id WHERE i.id IS NULL"
+        ).fetchone()[0]
         assert orphans == 0
         assert len(L.read_labels(store.catalog)) == 10
 
@@ -272,11 +299,15 @@ def dupe_photos(tmp_path) -> Path:
     img.save(root / "copies" / "red_q60.jpg", quality=60)
     img.resize((320, 240), Image.BICUBIC).save(root / "copies" / "red_half.jpg", quality=90)
     shutil.copyfile(original, root / "copies" / "red_exact.jpg")
-    os.utime(root / "copies" / "red_exact.jpg", (2_000_000_000, 2_000_000_000))  # newer than the original
+    os.utime(
+        root / "copies" / "red_exact.jpg", (2_000_000_000, 2_000_000_000)
+    )  # newer than the original
     draw_shape(root / "blue_disc.png", "blue", size=(300, 300), shape="ellipse")
     Image.open(root / "blue_disc.png").convert("RGB").save(root / "blue_disc.jpg", quality=85)
     # distinct: other colours, and the same colours in other layouts
-    draw_shape(root / "red_disc.png", "red", size=(400, 300), shape="ellipse", box=(0.1, 0.1, 0.9, 0.9))
+    draw_shape(
+        root / "red_disc.png", "red", size=(400, 300), shape="ellipse", box=(0.1, 0.1, 0.9, 0.9)
+    )
     draw_shape(root / "red_corner.png", "red", box=(0.0, 0.0, 0.5, 1.0))
     draw_shape(root / "blue_square.png", "blue", size=(300, 300))
     draw_shape(root / "green.png", "green")
@@ -319,7 +350,9 @@ def test_near_duplicates_are_copies_not_lookalikes(env, dupe_photos, tmp_path):
 
 
 def test_dupes_on_an_approximate_index_agree(env, dupe_photos, monkeypatch):
-    monkeypatch.setattr(V, "choose_index", lambda n, dim, budget=None: V.IndexChoice("ivf-sq8", "IVF2,SQ8", 2, 1))
+    monkeypatch.setattr(
+        V, "choose_index", lambda n, dim, budget=None: V.IndexChoice("ivf-sq8", "IVF2,SQ8", 2, 1)
+    )
     run("index", dupe_photos, "-q")
     with IndexStore.open(os.environ["WHEREIN_INDEX"]) as store:
         store.ensure_vectors(persist=False)
@@ -339,8 +372,12 @@ def test_keeper_rule():
     def row(path, w, h, size, mtime):
         return {"path": path, "width": w, "height": h, "size": size, "mtime_ns": mtime}
 
-    rows = [row("/b.jpg", 100, 100, 900_000, 1), row("/a.png", 200, 100, 10, 5),
-            row("/c.jpg", 200, 100, 20, 9), row("/d.jpg", 200, 100, 20, 3)]
+    rows = [
+        row("/b.jpg", 100, 100, 900_000, 1),
+        row("/a.png", 200, 100, 10, 5),
+        row("/c.jpg", 200, 100, 20, 9),
+        row("/d.jpg", 200, 100, 20, 3),
+    ]
     ordered = sorted(rows, key=lambda r: D._keeper_key(r, True))
     assert [r["path"] for r in ordered] == ["/d.jpg", "/c.jpg", "/a.png", "/b.jpg"]
     # a missing file is never the keeper
@@ -373,7 +410,10 @@ def test_dupes_in_the_shapes_fixture(indexed):
     keeper = [h for h in hits if h["keeper"]]
     assert names(keeper) == ["blue_wide.webp"] and keeper[0]["size"] < hits[1]["size"]
     table = run("dupes")
-    assert "KEEP" in table.stdout and "1 group(s) (cosine >= 0.998); 1 redundant file(s)" in table.stderr
+    assert (
+        "KEEP" in table.stdout
+        and "1 group(s) (cosine >= 0.998); 1 redundant file(s)" in table.stderr
+    )
 
 
 def test_no_duplicates_among_distinct_images(env, tmp_path):
@@ -429,7 +469,12 @@ def test_every_command_prints_schema_valid_hits(indexed):
     from wherein.schemas.records import HIT_SCHEMA_PATH
 
     validator = jsonschema.Draft202012Validator(json.loads(HIT_SCHEMA_PATH.read_text()))
-    for cmd in (["select", "red", "-p", "0.5"], ["label", "-l", "red,blue"], ["dupes"], ["unique", "--all"]):
+    for cmd in (
+        ["select", "red", "-p", "0.5"],
+        ["label", "-l", "red,blue"],
+        ["dupes"],
+        ["unique", "--all"],
+    ):
         hits = as_json(*cmd)
         assert hits, cmd
         for h in hits:
@@ -438,8 +483,12 @@ def test_every_command_prints_schema_valid_hits(indexed):
 
 
 def test_commands_share_the_output_formats(indexed):
-    for cmd in (["select", "red", "-p", "0.5"], ["label", "-l", "red"], ["dupes", "--threshold", "0.9"],
-                ["unique", "--k", "2"]):
+    for cmd in (
+        ["select", "red", "-p", "0.5"],
+        ["label", "-l", "red"],
+        ["dupes", "--threshold", "0.9"],
+        ["unique", "--k", "2"],
+    ):
         js = as_json(*cmd)
         nl = [json.loads(line) for line in run(*cmd, "--nl").stdout.splitlines()]
         assert nl == js, cmd

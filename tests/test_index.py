@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from wherein.indexer.standins.palette import rgb255
-from wherein.indexer.store import IndexStore
+from wherein.indexer.models.standins.palette import rgb255
+from wherein.indexer.store.index_store import IndexStore
 from wherein.search.cli import cli
 
 from conftest import draw_shape

@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image, ImageDraw
 
-from wherein.indexer.modeldir import ModelDir
-from wherein.indexer.standins.palette import rgb255
+from wherein.indexer.models.clipseg import ClipSeg
+from wherein.indexer.models.modeldir import ModelDir
+from wherein.indexer.models.standins.palette import rgb255
 from wherein.schemas.records import HIT_SCHEMA_PATH, Hit
 from wherein.search.cli import cli
-from wherein.search.clipseg import ClipSeg
-from wherein.search.masking import (
+from wherein.search.localize.masking import (
     MaskResult,
     add_masks_to_hits,
     mask_file,
@@ -94,14 +94,19 @@ def test_exif_rotated_jpeg_mask_is_in_viewer_orientation(model, tmp_path, orient
     ((res, _),) = mask_file(model, path, ["red"])
     assert res.size == (240, 480)
     assert iou(res.mask, truth) >= 0.8
-    assert iou(res.mask, np.rot90(truth_stored, k=-turns)) < 0.2  # the wrong rotation does not match
+    assert (
+        iou(res.mask, np.rot90(truth_stored, k=-turns)) < 0.2
+    )  # the wrong rotation does not match
 
 
 def test_files_are_binary_full_size_mask_and_tinted_overlay(model, tmp_path):
     px = draw_shape(tmp_path / "photo.png", "green", size=(300, 200), box=(0.5, 0.1, 0.9, 0.6))
     out = tmp_path / "out"
     ((res, files),) = mask_file(model, tmp_path / "photo.png", ["green"], out)
-    assert files == {"mask": str(out / "photo.green.mask.png"), "overlay": str(out / "photo.green.overlay.jpg")}
+    assert files == {
+        "mask": str(out / "photo.green.mask.png"),
+        "overlay": str(out / "photo.green.overlay.jpg"),
+    }
     png = Image.open(files["mask"])
     assert png.size == (300, 200)
     arr = np.asarray(png.convert("L"))
@@ -209,21 +214,35 @@ def test_add_masks_to_hits_writes_files_and_sets_fields(model, standin_models, t
     assert [h.bbox for h in kept] == [masked[i].bbox for i in (0, 2, 3)]
 
 
-def test_add_masks_to_hits_accepts_dicts_and_survives_a_vanished_file(model, standin_models, tmp_path):
+def test_add_masks_to_hits_accepts_dicts_and_survives_a_vanished_file(
+    model, standin_models, tmp_path
+):
     hits, _ = _hits(tmp_path)
     dicts = [{"rank": h.rank, "path": h.path, "score": h.score} for h in hits[:2]]
     Path(hits[1].path).unlink()
     errors = []
-    out = add_masks_to_hits(dicts, "red", tmp_path / "m", standin_models, model=model,
-                            on_error=lambda h, why: errors.append(h["rank"]))
+    out = add_masks_to_hits(
+        dicts,
+        "red",
+        tmp_path / "m",
+        standin_models,
+        model=model,
+        on_error=lambda h, why: errors.append(h["rank"]),
+    )
     assert out[0]["mask_area"] > 0.2 and out[0]["score"] == 0.5
     assert out[1]["mask_path"] is None and out[1]["mask_area"] is None
     assert errors == [2]
-    assert add_masks_to_hits(dicts, "red", tmp_path / "m", standin_models, min_mask_area=0.0,
-                             model=model) == out[:1]
+    assert (
+        add_masks_to_hits(
+            dicts, "red", tmp_path / "m", standin_models, min_mask_area=0.0, model=model
+        )
+        == out[:1]
+    )
 
 
-def test_add_masks_to_hits_on_a_dataclass_without_mask_fields_warns(model, standin_models, tmp_path):
+def test_add_masks_to_hits_on_a_dataclass_without_mask_fields_warns(
+    model, standin_models, tmp_path
+):
     @dataclass
     class Bare:
         rank: int
@@ -231,18 +250,23 @@ def test_add_masks_to_hits_on_a_dataclass_without_mask_fields_warns(model, stand
 
     draw_shape(tmp_path / "r.png", "red")
     with pytest.warns(UserWarning, match="mask_path"):
-        (h,) = add_masks_to_hits([Bare(1, str(tmp_path / "r.png"))], "red", tmp_path / "m",
-                                 standin_models, model=model)
+        (h,) = add_masks_to_hits(
+            [Bare(1, str(tmp_path / "r.png"))], "red", tmp_path / "m", standin_models, model=model
+        )
     assert h == Bare(1, str(tmp_path / "r.png"))
     assert (tmp_path / "m" / "1-r.mask.png").is_file()
 
 
 def test_cli_mask_json(env, tmp_path):
-    px = draw_shape(tmp_path / "pic.jpg", "red", size=(400, 300), box=(0.1, 0.2, 0.5, 0.8), quality=95)
+    px = draw_shape(
+        tmp_path / "pic.jpg", "red", size=(400, 300), box=(0.1, 0.2, 0.5, 0.8), quality=95
+    )
     out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["mask", str(tmp_path / "pic.jpg"), "red", "blue", "--out", str(out), "--json"])
+    r = CliRunner().invoke(
+        cli, ["mask", str(tmp_path / "pic.jpg"), "red", "blue", "--out", str(out), "--json"]
+    )
     assert r.exit_code == 0, r.output
-    data = json.loads(r.output[r.output.index("{"):])
+    data = json.loads(r.output[r.output.index("{") :])
     red, blue = data["masks"]
     assert data["standin"] is True
     assert red["prompt"] == "red" and red["width"] == 400 and red["height"] == 300
@@ -262,7 +286,9 @@ def test_cli_mask_table_and_errors(env, tmp_path):
     (tmp_path / "bad.jpg").write_bytes(b"not an image")
     r = CliRunner().invoke(cli, ["mask", str(tmp_path / "bad.jpg"), "red"])
     assert r.exit_code == 1 and "bad.jpg" in r.output and "Traceback" not in r.output
-    r = CliRunner().invoke(cli, ["mask", str(tmp_path / "pic.png"), "red", "--models", str(tmp_path / "none")])
+    r = CliRunner().invoke(
+        cli, ["mask", str(tmp_path / "pic.png"), "red", "--models", str(tmp_path / "none")]
+    )
     assert r.exit_code == 1 and "not found" in r.output
 
 
@@ -276,7 +302,7 @@ def test_search_with_masks_end_to_end(env, shapes, tmp_path):
     out = tmp_path / "masks"
     r = runner.invoke(cli, ["search", "red", "-k", "3", "--mask", "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
-    hits = json.loads(r.output[r.output.index("["):])
+    hits = json.loads(r.output[r.output.index("[") :])
     top = [h for h in hits if "red" in Path(h["path"]).name]
     assert len(top) == 2 and {h["rank"] for h in top} == {1, 2}
     for h in top:
@@ -285,10 +311,23 @@ def test_search_with_masks_end_to_end(env, shapes, tmp_path):
         assert Path(h["overlay_path"]).is_file()
         x0, y0, x1, y1 = h["bbox"]["largest"]
         assert x0 < h["width"] * 0.2 and x1 > h["width"] * 0.8 and y0 < h["height"] * 0.2
-    r = runner.invoke(cli, ["search", "red", "-k", "3", "--mask", "--out", str(out), "--json",
-                            "--min-mask-area", "0.1"])
+    r = runner.invoke(
+        cli,
+        [
+            "search",
+            "red",
+            "-k",
+            "3",
+            "--mask",
+            "--out",
+            str(out),
+            "--json",
+            "--min-mask-area",
+            "0.1",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    kept = json.loads(r.output[r.output.index("["):])
+    kept = json.loads(r.output[r.output.index("[") :])
     assert sorted(h["rank"] for h in kept) == [1, 2]  # the third (not red) is dropped
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from wherein.indexer.errors import ModelError
-from wherein.indexer.litert_graph import LiteRTGraph
-from wherein.indexer.modeldir import ModelDir
+from wherein.indexer.models.litert_graph import LiteRTGraph
+from wherein.indexer.models.modeldir import ModelDir
+from wherein.schemas.errors import ModelError
 from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE
 from wherein.search.cli import cli
 
@@ -34,7 +34,11 @@ def test_check_passes_on_standins(standin_models):
     data = json.loads(r.output[r.output.index("{") :])
     assert data["ok"]
     files = {row["file"] for row in data["checks"]}
-    assert {"siglip2_base_224_fp16.tflite", "clipseg_decoder.tflite", "token_embedding_f16.bin"} <= files
+    assert {
+        "siglip2_base_224_fp16.tflite",
+        "clipseg_decoder.tflite",
+        "token_embedding_f16.bin",
+    } <= files
 
 
 def test_missing_graph_is_named(models_copy):
@@ -65,7 +69,9 @@ def test_graph_with_wrong_contract_is_refused(models_copy):
 
 
 def test_corrupt_graph_is_refused(models_copy):
-    (models_copy / "siglip2-image" / "siglip2_base_224_fp16.tflite").write_bytes(b"not a flatbuffer" * 64)
+    (models_copy / "siglip2-image" / "siglip2_base_224_fp16.tflite").write_bytes(
+        b"not a flatbuffer" * 64
+    )
     code, out = check(models_copy)
     assert code == 1 and "siglip2_base_224_fp16.tflite" in out
 
@@ -92,10 +98,16 @@ def test_missing_models_dir_error(tmp_path):
 
 def test_pull_offline_is_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    r = CliRunner().invoke(cli, ["models", "pull", "--models", str(tmp_path / "m"), "--only", "clipseg"])
+    r = CliRunner().invoke(
+        cli, ["models", "pull", "--models", str(tmp_path / "m"), "--only", "clipseg"]
+    )
     assert r.exit_code == 1
     lines = r.output.strip().splitlines()
-    assert len(lines) == 1 and "litert-community/CLIPSeg-rd64-LiteRT" in lines[0] and "offline" in lines[0]
+    assert (
+        len(lines) == 1
+        and "litert-community/CLIPSeg-rd64-LiteRT" in lines[0]
+        and "offline" in lines[0]
+    )
 
 
 def test_demo_runs_on_standins_and_says_so(tmp_path, monkeypatch):

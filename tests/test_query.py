@@ -39,7 +39,10 @@ def test_weights_and_leading_operator():
 
 
 def test_quotes_keep_a_colon_literal_and_are_stripped():
-    assert terms('"ratio 16:9" - "people"') == [("text", "ratio 16:9", 1.0), ("text", "people", -1.0)]
+    assert terms('"ratio 16:9" - "people"') == [
+        ("text", "ratio 16:9", 1.0),
+        ("text", "people", -1.0),
+    ]
     assert terms("time 10:30am") == [("text", "time 10:30am", 1.0)]
 
 
@@ -52,7 +55,9 @@ def test_malformed_queries_are_clear_errors(bad):
 def test_build_adds_cli_options(tmp_path):
     photo = tmp_path / "ref.jpg"
     photo.write_bytes(b"x")
-    q = Query.build(["beach"], add=["sea:2"], subtract=["people"], like=[f"{photo}:0.5"], unlike=[str(photo)])
+    q = Query.build(
+        ["beach"], add=["sea:2"], subtract=["people"], like=[f"{photo}:0.5"], unlike=[str(photo)]
+    )
     assert q.terms == (
         Term("text", "beach", 1.0),
         Term("text", "sea", 2.0),

@@ -72,14 +72,16 @@ def ray_out(images, standin_models, tmp_path_factory) -> Path:
 
 
 def test_ray_vectors_match_wherein_index(images, ray_out, env):
-    from wherein.indexer.store import IndexStore
+    from wherein.indexer.store.index_store import IndexStore
     from wherein.search.cli import cli
 
     res = CliRunner().invoke(cli, ["index", str(images), "-q"])
     assert res.exit_code == 0, res.output
     with IndexStore.open(env["index"]) as store:
         cat = store.catalog
-        rows = cat.conn.execute("SELECT i.path, e.vector FROM images i JOIN embeddings e ON e.image_id = i.id")
+        rows = cat.conn.execute(
+            "SELECT i.path, e.vector FROM images i JOIN embeddings e ON e.image_id = i.id"
+        )
         local = {p: np.frombuffer(b, "<f4") for p, b in rows}
     ray = _shard_vectors(ray_out)
     assert set(ray) == set(local) and len(ray) == N_IMAGES + 1
@@ -99,16 +101,23 @@ def test_local_engine_writes_identical_shards(images, ray_out, standin_models, t
     manifest = json.loads((ray_out / "manifest.json").read_text())
     assert manifest["dim"] == 768 and manifest["count"] == N_IMAGES + 1 and manifest["errors"] == 3
     assert sum(s["count"] for s in manifest["shards"]) == N_IMAGES + 1
-    assert str(pq.read_schema(ray_out / manifest["shards"][0]["file"]).field("embedding").type) == \
-        "fixed_size_list<element: float>[768]"
+    assert (
+        str(pq.read_schema(ray_out / manifest["shards"][0]["file"]).field("embedding").type)
+        == "fixed_size_list<element: float>[768]"
+    )
 
 
 def test_error_shard_lists_broken_files_with_reasons(images, ray_out):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    errors = pa.concat_tables(pq.read_table(f) for f in sorted((ray_out / "shards").glob("*.errors.parquet")))
-    reasons = {Path(u).name: r for u, r in zip(errors["uri"].to_pylist(), errors["reason"].to_pylist(), strict=True)}
+    errors = pa.concat_tables(
+        pq.read_table(f) for f in sorted((ray_out / "shards").glob("*.errors.parquet"))
+    )
+    reasons = {
+        Path(u).name: r
+        for u, r in zip(errors["uri"].to_pylist(), errors["reason"].to_pylist(), strict=True)
+    }
     assert set(reasons) == {"broken.jpg", "empty.png", "truncated.jpg"}
     assert reasons["broken.jpg"].startswith("not an image")
     assert reasons["empty.png"] == "empty file"
@@ -117,14 +126,17 @@ def test_error_shard_lists_broken_files_with_reasons(images, ray_out):
 
 
 @pytest.mark.parametrize(("budget", "kind"), [("100K", "ivf-sq8-ondisk"), ("500K", "ivf-sq8")])
-def test_build_index_ivf_recall_and_lookup(ray_out, standin_models, tmp_path, monkeypatch, budget, kind):
-    from wherein.indexer.store import IndexStore
+def test_build_index_ivf_recall_and_lookup(
+    ray_out, standin_models, tmp_path, monkeypatch, budget, kind
+):
+    from wherein.indexer.store.index_store import IndexStore
     from wherein.search.cli import cli
 
     monkeypatch.setenv("WHEREIN_MODELS", str(standin_models))
     index = tmp_path / "idx"
-    res = CliRunner().invoke(cli, ["build-index", str(ray_out), "--index", str(index), "--max-memory", budget,
-                                   "--json"])
+    res = CliRunner().invoke(
+        cli, ["build-index", str(ray_out), "--index", str(index), "--max-memory", budget, "--json"]
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["kind"] == kind
     res = CliRunner().invoke(cli, ["status", "--check", "--index", str(index), "--json"])
@@ -137,7 +149,9 @@ def test_build_index_ivf_recall_and_lookup(ray_out, standin_models, tmp_path, mo
     uris = sorted(vecs)
     data = np.stack([vecs[u] for u in uris])
     rng = np.random.default_rng(1)
-    queries = data[rng.choice(len(data), 40, replace=False)] + rng.normal(0, 0.02, (40, 768)).astype(np.float32)
+    queries = data[rng.choice(len(data), 40, replace=False)] + rng.normal(
+        0, 0.02, (40, 768)
+    ).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     exact = np.argsort(-(queries @ data.T), axis=1)[:, :10]
     found = []
@@ -150,7 +164,9 @@ def test_build_index_ivf_recall_and_lookup(ray_out, standin_models, tmp_path, mo
             top = ids[np.argsort(-(v @ q))[:10]]
             rows = store.catalog.rows_by_ids(top)
             found.append({rows[int(i)]["path"] for i in top})
-    recall = np.mean([len(f & {uris[j] for j in ex}) / 10 for f, ex in zip(found, exact, strict=True)])
+    recall = np.mean(
+        [len(f & {uris[j] for j in ex}) / 10 for f, ex in zip(found, exact, strict=True)]
+    )
     assert recall >= 0.95
 
     res = CliRunner().invoke(cli, ["search", "red", "--index", str(index), "-k", "3", "--json"])
@@ -164,10 +180,29 @@ def test_resume_after_killed_run(images, ray_out, standin_models, tmp_path):
     from wherein.indexer.scale.embed import embed
 
     out = tmp_path / "emb"
-    cmd = [sys.executable, "-m", "wherein.search.cli", "embed", str(images), "--out", str(out),
-           "--engine", "ray", "--shard-size", "5", "--models", str(standin_models), "-q", "--json"]
-    proc = subprocess.Popen([sys.executable, "-c", "from wherein.search.cli import cli; cli()", *cmd[3:]],
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "wherein.search.cli",
+        "embed",
+        str(images),
+        "--out",
+        str(out),
+        "--engine",
+        "ray",
+        "--shard-size",
+        "5",
+        "--models",
+        str(standin_models),
+        "-q",
+        "--json",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from wherein.search.cli import cli; cli()", *cmd[3:]],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 90
     try:
         while not list((out / "shards").glob("*.done")) if (out / "shards").is_dir() else True:
@@ -191,4 +226,6 @@ def test_resume_after_killed_run(images, ray_out, standin_models, tmp_path):
     assert set(vecs) == set(ref) and all(np.array_equal(vecs[u], ref[u]) for u in ref)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["complete"] and manifest["count"] == N_IMAGES + 1
-    assert sum(pq.read_metadata(out / s["file"]).num_rows for s in manifest["shards"]) == N_IMAGES + 1
+    assert (
+        sum(pq.read_metadata(out / s["file"]).num_rows for s in manifest["shards"]) == N_IMAGES + 1
+    )

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from wherein.indexer import vectors as V
-from wherein.indexer.errors import WhereinError
+from wherein.indexer.store import vectors as V
+from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import HIT_SCHEMA_PATH, Hit
 from wherein.search import output
 from wherein.search.api import Query, QueryError, Searcher, open_index
@@ -119,7 +119,10 @@ def test_under_and_glob_filters_still_return_k(indexed):
     assert names(search_json("blue", "--under", nested, "-k", "1")) == ["blue_wide.webp"]
     png = search_json("red", "--glob", "*.PNG")
     assert names(png)[0] == "red_disc.png" and all(n.endswith(".png") for n in names(png))
-    assert set(names(search_json("yellow", "--glob", "nested/*", "-k", "5"))) == {"blue_wide.webp", "yellow.gif"}
+    assert set(names(search_json("yellow", "--glob", "nested/*", "-k", "5"))) == {
+        "blue_wide.webp",
+        "yellow.gif",
+    }
     assert names(search_json("red", "--glob", "*.gif", "-k", "1")) == ["yellow.gif"]
     assert search_json("red", "--glob", "*.tiff") == []
     # a filter combines with a threshold
@@ -130,7 +133,9 @@ def test_filters_and_thresholds_on_an_ivf_index(env, shapes, monkeypatch):
     """An approximate index: exact re-scoring, range search, and nprobe widened for narrow filters."""
     for i in range(10):
         draw_shape(shapes / "more" / f"green_{i}.png", "green", box=(0.1, 0.1 + i * 0.02, 0.9, 0.9))
-    monkeypatch.setattr(V, "choose_index", lambda n, dim, budget=None: V.IndexChoice("ivf-sq8", "IVF4,SQ8", 4, 1))
+    monkeypatch.setattr(
+        V, "choose_index", lambda n, dim, budget=None: V.IndexChoice("ivf-sq8", "IVF4,SQ8", 4, 1)
+    )
     run("index", shapes, "-q")
     with open_index() as s:
         s.store.ensure_vectors(persist=False)
@@ -145,7 +150,9 @@ def test_filters_and_thresholds_on_an_ivf_index(env, shapes, monkeypatch):
         exact = s.search("red", k=16)
         vec = s.embed_query("red").full
         ids, vecs = s.store.catalog.vectors_for([h.id for h in exact])
-        assert sorted(h.score for h in exact) == pytest.approx(sorted((vecs / np.linalg.norm(vecs, axis=1)[:, None]) @ vec), abs=1e-5)
+        assert sorted(h.score for h in exact) == pytest.approx(
+            sorted((vecs / np.linalg.norm(vecs, axis=1)[:, None]) @ vec), abs=1e-5
+        )
 
 
 def test_sort_after_the_cut(env, shapes):
@@ -155,12 +162,16 @@ def test_sort_after_the_cut(env, shapes):
     by_path = search_json("red", "-k", "4", "--sort", "path")
     assert [h["path"] for h in by_path] == sorted(h["path"] for h in by_path)
     assert {names(by_path)[i] for i in range(4)} == set(names(search_json("red", "-k", "4")))
-    assert set(names([h for h in by_path if h["rank"] <= 2])) == RED  # rank stays the relevance rank
+    assert (
+        set(names([h for h in by_path if h["rank"] <= 2])) == RED
+    )  # rank stays the relevance rank
     by_size = search_json("red", "-k", "6", "--sort", "size")
     assert [h["size"] for h in by_size] == sorted((h["size"] for h in by_size), reverse=True)
     by_date = search_json("red", "-k", "6", "--sort", "date")
     assert [h["mtime"] for h in by_date] == sorted((h["mtime"] for h in by_date), reverse=True)
-    assert names(search_json("red", "-k", "6", "--sort", "date", "--reverse")) == names(by_date)[::-1]
+    assert (
+        names(search_json("red", "-k", "6", "--sort", "date", "--reverse")) == names(by_date)[::-1]
+    )
 
 
 # -- image queries ---------------------------------------------------------------------
@@ -179,7 +190,9 @@ def test_like_mixes_with_text(indexed):
     assert set(names(hits)) == RED | BLUE
     # probability comes from the text part: only the blue ones are likely
     assert {n for n, h in zip(names(hits), hits, strict=True) if h["probability"] > 0.5} == BLUE
-    assert set(names(search_json("blue", "--like", indexed / "red_square.jpg", "-p", "0.5"))) == BLUE
+    assert (
+        set(names(search_json("blue", "--like", indexed / "red_square.jpg", "-p", "0.5"))) == BLUE
+    )
 
 
 def test_like_an_indexed_id_uses_its_stored_vector(indexed, env):
@@ -214,8 +227,12 @@ def test_every_output_format_validates_against_the_schema(indexed, validator):
             validator.validate(h)
         assert [h["path"] for h in rows] == [h["path"] for h in as_json]
         assert [h["score"] for h in rows] == pytest.approx([h["score"] for h in as_json])
-    assert run("search", "red", "-k", "4", "--paths").stdout.splitlines() == [h["path"] for h in as_json]
-    assert run("search", "red", "-k", "4", "--paths0").stdout.split("\0")[:-1] == [h["path"] for h in as_json]
+    assert run("search", "red", "-k", "4", "--paths").stdout.splitlines() == [
+        h["path"] for h in as_json
+    ]
+    assert run("search", "red", "-k", "4", "--paths0").stdout.split("\0")[:-1] == [
+        h["path"] for h in as_json
+    ]
     table = run("search", "red", "-k", "4").stdout
     lines = table.splitlines()
     assert lines[0].split() == ["rank", "prob", "score", "pixels", "path"]
@@ -225,10 +242,19 @@ def test_every_output_format_validates_against_the_schema(indexed, validator):
 def test_schema_rejects_broken_hits_and_allows_mask_fields(validator):
     hit = Hit(rank=1, path="/a.jpg", score=0.3, probability=0.9, width=10, height=20, id=1)
     validator.validate(hit.to_dict())
-    masked = hit.replace(mask_path="/m.png", overlay_path="/o.png", bbox={"largest": [0, 0, 5, 5], "union": None},
-                         mask_area=0.25, mask_score=0.8, extra={"future_field": 1})
+    masked = hit.replace(
+        mask_path="/m.png",
+        overlay_path="/o.png",
+        bbox={"largest": [0, 0, 5, 5], "union": None},
+        mask_area=0.25,
+        mask_score=0.8,
+        extra={"future_field": 1},
+    )
     validator.validate(masked.to_dict())
-    assert output.read_csv(output.to_csv([masked]))[0]["bbox"] == {"largest": [0, 0, 5, 5], "union": None}
+    assert output.read_csv(output.to_csv([masked]))[0]["bbox"] == {
+        "largest": [0, 0, 5, 5],
+        "union": None,
+    }
     for broken in ({"probability": 1.5}, {"rank": 0}, {"exists": "yes"}, {"path": ""}):
         with pytest.raises(jsonschema.ValidationError):
             validator.validate({**hit.to_dict(), **broken})
@@ -240,7 +266,10 @@ def test_schema_rejects_broken_hits_and_allows_mask_fields(validator):
 def test_stale_entries_are_reported_not_fatal(indexed):
     (indexed / "red_square.jpg").unlink()
     hits = search_json("red", "-k", "2")
-    assert {h["path"].endswith("red_square.jpg"): h["exists"] for h in hits} == {True: False, False: True}
+    assert {h["path"].endswith("red_square.jpg"): h["exists"] for h in hits} == {
+        True: False,
+        False: True,
+    }
     r = run("search", "red", "-k", "2")
     assert "[missing]" in r.stdout
     assert "1 hit(s) point to files that no longer exist" in r.stderr
@@ -271,8 +300,12 @@ def test_dimension_mismatch_is_a_clear_error(indexed, monkeypatch):
 
 
 def test_bad_queries_are_one_line_errors(indexed):
-    for args, msg in [((), "empty query"), (("-", "red"), "positive"), (("red", "-"), "ends with an operator"),
-                      (("--like", "/nonexistent.jpg"), "no such image")]:
+    for args, msg in [
+        ((), "empty query"),
+        (("-", "red"), "positive"),
+        (("red", "-"), "ends with an operator"),
+        (("--like", "/nonexistent.jpg"), "no such image"),
+    ]:
         r = run("search", *args, ok=False)
         assert r.exit_code != 0 and msg in r.output, r.output
 
@@ -290,19 +323,19 @@ def test_mask_hook_calls_the_masking_module(indexed, monkeypatch, tmp_path, vali
         calls.append((prompt, out_dir, models_root, min_mask_area))
         return [h.replace(mask_path=str(out_dir / f"{h.id}.png"), mask_area=0.5) for h in hits[:1]]
 
-    monkeypatch.setitem(sys.modules, "wherein.search.masking", types.SimpleNamespace(add_masks_to_hits=add_masks_to_hits))
-    hits = search_json("red", "-", "blue", "--mask", "--out", tmp_path / "m", "--min-mask-area", "0.1")
+    monkeypatch.setitem(
+        sys.modules,
+        "wherein.search.localize.masking",
+        types.SimpleNamespace(add_masks_to_hits=add_masks_to_hits),
+    )
+    hits = search_json(
+        "red", "-", "blue", "--mask", "--out", tmp_path / "m", "--min-mask-area", "0.1"
+    )
     assert calls == [("red", tmp_path / "m", Path(os.environ["WHEREIN_MODELS"]), 0.1)]
     assert len(hits) == 1 and hits[0]["mask_area"] == 0.5
     validator.validate(hits[0])
     run("search", "red", "--mask", "--mask-prompt", "a red disc")
     assert calls[-1][0] == "a red disc"
-
-
-def test_mask_without_the_masking_module_is_a_clear_error(indexed, monkeypatch):
-    monkeypatch.setitem(sys.modules, "wherein.search.masking", None)
-    r = run("search", "red", "--mask", ok=False)
-    assert r.exit_code == 1 and "masks are not available" in r.stderr
 
 
 # -- Python API -------------------------------------------------------------------------------

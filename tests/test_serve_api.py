@@ -22,7 +22,9 @@ BASE = "http://127.0.0.1"
 
 
 def build_index(photos: Path, index: Path, models: Path) -> None:
-    r = CliRunner().invoke(cli, ["index", str(photos), "--index", str(index), "--models", str(models), "-q"])
+    r = CliRunner().invoke(
+        cli, ["index", str(photos), "--index", str(index), "--models", str(models), "-q"]
+    )
     assert r.exit_code == 0, r.output
 
 
@@ -30,10 +32,13 @@ def draw_photos(root: Path) -> dict[str, tuple]:
     """The `shapes` set (module-scoped here, so one index serves most tests); name -> pixel box."""
     return {
         "red_square.jpg": draw_shape(root / "red_square.jpg", "red", quality=95),
-        "red_disc.png": draw_shape(root / "red_disc.png", "red", size=(400, 300), shape="ellipse",
-                                   box=(0.1, 0.1, 0.9, 0.9)),
+        "red_disc.png": draw_shape(
+            root / "red_disc.png", "red", size=(400, 300), shape="ellipse", box=(0.1, 0.1, 0.9, 0.9)
+        ),
         "blue_square.png": draw_shape(root / "blue_square.png", "blue"),
-        "blue_wide.webp": draw_shape(root / "nested" / "blue_wide.webp", "blue", size=(480, 200), lossless=True),
+        "blue_wide.webp": draw_shape(
+            root / "nested" / "blue_wide.webp", "blue", size=(480, 200), lossless=True
+        ),
         "green.bmp": draw_shape(root / "green.bmp", "green"),
         "yellow.gif": draw_shape(root / "nested" / "yellow.gif", "yellow", size=(200, 300)),
     }
@@ -126,7 +131,10 @@ def test_min_probability_and_folder_filters(served):
     nested = served.get("/api/search", q="blue", under=str(served.photos / "nested")).json()["hits"]
     assert set(names(nested)) == {"blue_wide.webp", "yellow.gif"}
     folders = served.get("/api/folders").json()["folders"]
-    assert {f["folder"]: f["count"] for f in folders} == {str(served.photos): 4, str(served.photos / "nested"): 2}
+    assert {f["folder"]: f["count"] for f in folders} == {
+        str(served.photos): 4,
+        str(served.photos / "nested"): 2,
+    }
 
 
 def test_more_like_this_uses_the_indexed_vector(served):
@@ -187,8 +195,9 @@ def test_prompts_with_path_tricks_stay_inside_the_cache(served):
     r = served.get(f"/api/mask/{green}", prompt="../../../../tmp/evil red")
     assert r.status_code == 200
     written = [p for p in served.index.rglob("*") if "evil" in p.name]
-    assert written and all(p.resolve().is_relative_to((served.index / "cache" / "masks").resolve())
-                           for p in written)
+    assert written and all(
+        p.resolve().is_relative_to((served.index / "cache" / "masks").resolve()) for p in written
+    )
     assert all("/" not in p.name and ".." not in p.name.split("-")[0] for p in written)
 
 
@@ -204,10 +213,15 @@ def test_unexpected_errors_are_500_without_traceback(served, monkeypatch):
         raise RuntimeError("secret internal detail")
 
     monkeypatch.setattr(served.client.app.state.wherein.searcher, "search", boom)
-    c = TestClient(served.client.app, base_url=BASE, raise_server_exceptions=False)  # no `with`: keep the app open
+    c = TestClient(
+        served.client.app, base_url=BASE, raise_server_exceptions=False
+    )  # no `with`: keep the app open
     r = c.get("/api/search", params={"q": "red"})
     assert r.status_code == 500
-    assert r.json() == {"error": "internal error: the details are in the server's log", "status": 500}
+    assert r.json() == {
+        "error": "internal error: the details are in the server's log",
+        "status": 500,
+    }
     assert "secret" not in r.text and "Traceback" not in r.text
 
 
@@ -297,15 +311,29 @@ def test_mask_of_red_on_a_red_image_boxes_the_red_region(served):
     x0, y0, x1, y1 = served.boxes["red_square.jpg"]  # drawn box, inclusive corners
     bx0, by0, bx1, by1 = m["bbox"]["largest"]
     tol = 16  # CLIPSeg (and its stand-in) see 16-px patches
-    assert abs(bx0 - x0) <= tol and abs(by0 - y0) <= tol and abs(bx1 - (x1 + 1)) <= tol and abs(by1 - (y1 + 1)) <= tol
-    assert 0.35 < m["mask_area"] < 0.65 and m["regions"] == 1 and (m["width"], m["height"]) == (320, 240)
+    assert (
+        abs(bx0 - x0) <= tol
+        and abs(by0 - y0) <= tol
+        and abs(bx1 - (x1 + 1)) <= tol
+        and abs(by1 - (y1 + 1)) <= tol
+    )
+    assert (
+        0.35 < m["mask_area"] < 0.65
+        and m["regions"] == 1
+        and (m["width"], m["height"]) == (320, 240)
+    )
     overlay = served.client.get(m["overlay_url"])
     assert overlay.status_code == 200 and overlay.headers["content-type"] == "image/jpeg"
     assert Image.open(io.BytesIO(overlay.content)).size == (320, 240)
     mask = Image.open(io.BytesIO(served.client.get(m["mask_url"]).content))
     assert mask.size == (320, 240)
     # Cached on disk under INDEX/cache/masks; asking again runs nothing.
-    folder = served.index / "cache" / "masks" / f"{red}-{served.get(f'/api/hit/{red}').json()['sha256'][:16]}"
+    folder = (
+        served.index
+        / "cache"
+        / "masks"
+        / f"{red}-{served.get(f'/api/hit/{red}').json()['sha256'][:16]}"
+    )
     assert len(list(folder.glob("red-*.overlay.jpg"))) == 1
     again = served.get(f"/api/mask/{red}", prompt="red").json()
     assert again["cached"] is True and again["bbox"] == m["bbox"]
@@ -328,11 +356,18 @@ def test_nothing_is_written_outside_the_index_cache(own):
     before_photos = sorted(p.relative_to(own.photos) for p in own.photos.rglob("*"))
     before_index = {p for p in own.index.iterdir() if p.name != "cache"}
     red = own.ids["red_disc.png"]
-    for url in (f"/api/thumb/{red}", f"/api/image/{red}", f"/api/mask/{red}?prompt=red", "/api/status"):
+    for url in (
+        f"/api/thumb/{red}",
+        f"/api/image/{red}",
+        f"/api/mask/{red}?prompt=red",
+        "/api/status",
+    ):
         assert own.client.get(url).status_code == 200
     assert sorted(p.relative_to(own.photos) for p in own.photos.rglob("*")) == before_photos
     assert {p for p in own.index.iterdir() if p.name != "cache"} <= before_index | {
-        own.index / "catalog.db-wal", own.index / "catalog.db-shm"}
+        own.index / "catalog.db-wal",
+        own.index / "catalog.db-shm",
+    }
 
 
 def test_the_page_and_its_static_files(served):
@@ -346,8 +381,17 @@ def test_the_page_and_its_static_files(served):
 def test_openapi_documents_the_json_schemas(served):
     doc = served.client.get("/openapi.json").json()
     comps = doc["components"]["schemas"]
-    assert {"Hit", "SearchResponse", "MaskResponse", "StatusResponse", "ImageRecord", "Error"} <= set(comps)
-    ok = doc["paths"]["/api/search"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert {
+        "Hit",
+        "SearchResponse",
+        "MaskResponse",
+        "StatusResponse",
+        "ImageRecord",
+        "Error",
+    } <= set(comps)
+    ok = doc["paths"]["/api/search"]["get"]["responses"]["200"]["content"]["application/json"][
+        "schema"
+    ]
     assert ok == {"$ref": "#/components/schemas/SearchResponse"}
 
 
@@ -368,5 +412,7 @@ def test_serve_binds_loopback_by_default_and_warns_otherwise(served, standin_mod
 
 
 def test_serve_without_an_index_is_a_one_line_error(tmp_path, standin_models):
-    r = CliRunner().invoke(cli, ["serve", "--index", str(tmp_path / "none"), "--models", str(standin_models)])
+    r = CliRunner().invoke(
+        cli, ["serve", "--index", str(tmp_path / "none"), "--models", str(standin_models)]
+    )
     assert r.exit_code == 1 and "no wherein index here" in r.output

@@ -15,16 +15,26 @@ import pytest
 from wherein.search.web.app import create_app
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # Set WHEREIN_SCREENSHOT=PATH to keep a copy (bench/results/serve-screenshot.png was made so);
 # a test run never writes into the checkout by default.
 SCREENSHOT_COPY = os.environ.get("WHEREIN_SCREENSHOT")
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
-                       "(apt-get install chromium)"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+    ),
 ]
 
 
@@ -42,10 +52,14 @@ def server(standin_models, shapes, tmp_path):
     from wherein.search.cli import cli
 
     index = tmp_path / "index"
-    r = CliRunner().invoke(cli, ["index", str(shapes), "--index", str(index), "--models", str(standin_models), "-q"])
+    r = CliRunner().invoke(
+        cli, ["index", str(shapes), "--index", str(index), "--models", str(standin_models), "-q"]
+    )
     assert r.exit_code == 0, r.output
     port = free_port()
-    config = uvicorn.Config(create_app(index, standin_models), host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(
+        create_app(index, standin_models), host="127.0.0.1", port=port, log_level="warning"
+    )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
@@ -59,7 +73,9 @@ def server(standin_models, shapes, tmp_path):
 
 
 def test_search_open_a_hit_and_see_its_mask(server, tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the [browser] extra (playwright)")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="needs the [browser] extra (playwright)"
+    )
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
@@ -71,13 +87,18 @@ def test_search_open_a_hit_and_see_its_mask(server, tmp_path):
             page.fill("#q", "red")
             page.press("#q", "Enter")
             page.wait_for_selector("#grid .card")
-            names = page.eval_on_selector_all("#grid .card .name", "els => els.map(e => e.textContent)")
+            names = page.eval_on_selector_all(
+                "#grid .card .name", "els => els.map(e => e.textContent)"
+            )
             assert len(names) == 6
             assert set(names[:2]) == {"red_square.jpg", "red_disc.png"}, names
-            probs = page.eval_on_selector_all("#grid .card .prob", "els => els.map(e => e.textContent)")
+            probs = page.eval_on_selector_all(
+                "#grid .card .prob", "els => els.map(e => e.textContent)"
+            )
             assert probs[0].endswith("%") and float(probs[0].rstrip(" %")) > 50
             page.wait_for_function(
-                "[...document.querySelectorAll('#grid .card img')].every(i => i.complete && i.naturalWidth > 0)")
+                "[...document.querySelectorAll('#grid .card img')].every(i => i.complete && i.naturalWidth > 0)"
+            )
             page.screenshot(path=str(tmp_path / "grid.png"))
 
             page.click("#grid .card >> nth=0")
@@ -85,7 +106,9 @@ def test_search_open_a_hit_and_see_its_mask(server, tmp_path):
             page.wait_for_function(
                 "document.getElementById('d-img').naturalWidth > 0"
                 " && document.getElementById('d-img').src.includes('/overlay')"
-                " && document.getElementById('d-bbox').textContent.startsWith('x ')", timeout=60_000)
+                " && document.getElementById('d-bbox').textContent.startsWith('x ')",
+                timeout=60_000,
+            )
             area = page.text_content("#d-area")
             bbox = page.text_content("#d-bbox")
             assert "% of the image" in area and 30 < float(area.split("%")[0]) < 70, area
@@ -96,13 +119,19 @@ def test_search_open_a_hit_and_see_its_mask(server, tmp_path):
             # Another prompt on the same image: blue finds nothing on a red image.
             page.fill("#d-prompt", "blue")
             page.press("#d-prompt", "Enter")
-            page.wait_for_function("document.getElementById('d-bbox').textContent.startsWith('none')")
+            page.wait_for_function(
+                "document.getElementById('d-bbox').textContent.startsWith('none')"
+            )
 
             # More like this: an image query from the hit's indexed vector.
             page.click("#d-like")
             page.wait_for_selector(".chip")
-            page.wait_for_function("document.querySelector('#message').textContent.startsWith('Hits')")
-            like_names = page.eval_on_selector_all("#grid .card .name", "els => els.map(e => e.textContent)")
+            page.wait_for_function(
+                "document.querySelector('#message').textContent.startsWith('Hits')"
+            )
+            like_names = page.eval_on_selector_all(
+                "#grid .card .name", "els => els.map(e => e.textContent)"
+            )
             assert set(like_names[:2]) == {"red_square.jpg", "red_disc.png"}, like_names
             assert errors == []
         finally:

@@ -25,18 +25,20 @@ from pathlib import Path
 
 import numpy as np
 
-from wherein.indexer.errors import IndexError_
 from wherein.indexer.normalize import unit_rows
 from wherein.indexer.scale import shards as S
 from wherein.indexer.scale.sources import TAR_SEP
-from wherein.indexer.store import CATALOG_FILE, IndexStore
-from wherein.indexer.vectors import IndexChoice, apply_search_params, choose_index, new_index
+from wherein.indexer.store.index_store import CATALOG_FILE, IndexStore
+from wherein.indexer.store.vectors import IndexChoice, apply_search_params, choose_index, new_index
+from wherein.schemas.errors import IndexError_
 
 IVFDATA_FILE = "vectors.ivfdata"
 ONDISK_KIND = "ivf-sq8-ondisk"
 TRAIN_PER_LIST = 64  # what VectorIndex._rebuild samples; FAISS wants >= 39 per list
 TRAIN_MIN_PER_LIST = 39
-KMEANS_ITERATIONS = 10  # FAISS' default is 25; 10 loses nothing measurable on recall (bench_scale.py)
+KMEANS_ITERATIONS = (
+    10  # FAISS' default is 25; 10 loses nothing measurable on recall (bench_scale.py)
+)
 
 
 @dataclass
@@ -64,8 +66,6 @@ def parse_bytes(text: str) -> int:
         return int(float(t[:-1] if mult > 1 else t) * mult)
     except ValueError:
         raise ValueError(f"not a size: {text!r} (use e.g. 4G, 512M)") from None
-
-
 
 
 def _read_shard(embed_dir: Path, entry: dict, columns: list[str] | None = None):
@@ -105,7 +105,10 @@ def build_index(
     import faiss
 
     t0 = time.perf_counter()
-    embed_dir, out = Path(embed_dir).expanduser().absolute(), Path(index_dir).expanduser().absolute()
+    embed_dir, out = (
+        Path(embed_dir).expanduser().absolute(),
+        Path(index_dir).expanduser().absolute(),
+    )
     manifest = S.read_manifest(embed_dir)
     if (out / CATALOG_FILE).exists():
         raise IndexError_(f"{out}: already holds an index; build into a new directory")
@@ -113,7 +116,9 @@ def build_index(
     choice = choose_index(n, dim, memory_budget)
     # In memory only while the codes take at most half the budget: FAISS' training and
     # add passes need the rest (measured: a 1M build peaked at 2.3 GB with 776 MB of codes).
-    ondisk = choice.kind != "flat" and memory_budget is not None and n * (dim + 16) > memory_budget // 2
+    ondisk = (
+        choice.kind != "flat" and memory_budget is not None and n * (dim + 16) > memory_budget // 2
+    )
     if ondisk:
         choice = IndexChoice(ONDISK_KIND, choice.factory, choice.nlist, choice.nprobe)
     stats = BuildStats(str(out), n, manifest["errors"], len(manifest["shards"]), **choice.as_dict())
@@ -158,7 +163,7 @@ def _fmt(uri: str) -> str:
 
 
 def _write_catalog(store: IndexStore, embed_dir: Path, manifest: dict, say) -> None:
-    from wherein.indexer.catalog import vector_to_blob
+    from wherein.indexer.store.catalog import vector_to_blob
 
     cat = store.catalog
     now = datetime.now(UTC).isoformat(timespec="seconds")
@@ -175,18 +180,39 @@ def _write_catalog(store: IndexStore, embed_dir: Path, manifest: dict, say) -> N
             for t in _shard_batches(embed_dir, entry):
                 vecs = S.embeddings(t, manifest["dim"])
                 cols = t.drop(["embedding"]).to_pydict()
-                rows = [(i, u, sz, m, sh, w, h, _fmt(u), now, model_id) for i, u, sz, m, sh, w, h in zip(
-                    cols["id"], cols["uri"], cols["size"], cols["mtime_ns"], cols["sha256"], cols["width"],
-                    cols["height"], strict=True)]
+                rows = [
+                    (i, u, sz, m, sh, w, h, _fmt(u), now, model_id)
+                    for i, u, sz, m, sh, w, h in zip(
+                        cols["id"],
+                        cols["uri"],
+                        cols["size"],
+                        cols["mtime_ns"],
+                        cols["sha256"],
+                        cols["width"],
+                        cols["height"],
+                        strict=True,
+                    )
+                ]
                 conn.executemany(
                     "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, indexed_at, "
-                    "model_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-                conn.executemany("INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
-                                 ((i, vector_to_blob(v)) for i, v in zip(cols["id"], vecs, strict=True)))
+                    "model_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                conn.executemany(
+                    "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
+                    ((i, vector_to_blob(v)) for i, v in zip(cols["id"], vecs, strict=True)),
+                )
             conn.executemany(
                 "INSERT OR REPLACE INTO skipped(path, reason, size, mtime_ns, seen_at) VALUES (?, ?, ?, ?, ?)",
-                zip(errors["uri"], errors["reason"], errors["size"], errors["mtime_ns"],
-                    [now] * len(errors["uri"]), strict=True))
+                zip(
+                    errors["uri"],
+                    errors["reason"],
+                    errors["size"],
+                    errors["mtime_ns"],
+                    [now] * len(errors["uri"]),
+                    strict=True,
+                ),
+            )
         say(f"catalog: shard {k + 1}/{len(manifest['shards'])}")
     with cat.transaction():
         cat.bump_generation()
@@ -258,4 +284,3 @@ def _fill_ondisk(trained, embed_dir: Path, manifest: dict, out: Path, budget: in
     merge_ondisk(index, blocks, str(ivfdata))
     shutil.rmtree(work, ignore_errors=True)
     return index
-

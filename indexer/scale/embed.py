@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from wherein.indexer.image_tower import file_digest
-from wherein.indexer.modeldir import ModelDir
-from wherein.indexer.run import JPEG_DRAFT
+from wherein.indexer.ingest.run import JPEG_DRAFT
+from wherein.indexer.ingest.walk import WalkProblem
+from wherein.indexer.models.image_tower import file_digest
+from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.scale import records, shards
 from wherein.indexer.scale.sources import list_items, local_path
-from wherein.indexer.walk import WalkProblem
 from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE
 
 ENGINES = ("local", "ray")
@@ -80,10 +80,19 @@ def embed(
     model_id, space, model_file = model_identity(models)
     stats = EmbedStats(str(out), engine)
     # Absolute local paths: a resumed run from another working directory finds the same plan.
-    srcs = [s if "://" in s and not s.startswith("file://") else local_path(s) for s in map(str, sources)]
+    srcs = [
+        s if "://" in s and not s.startswith("file://") else local_path(s)
+        for s in map(str, sources)
+    ]
     plan, stats.resumed = shards.open_plan(
-        out, srcs, shard_size, model_id, space, SIGLIP_EMBED_DIM,
-        lambda: list_items(srcs, stats.problems), model_file,
+        out,
+        srcs,
+        shard_size,
+        model_id,
+        space,
+        SIGLIP_EMBED_DIM,
+        lambda: list_items(srcs, stats.problems),
+        model_file,
     )
     pending = plan.pending()
     stats.items, stats.shards = plan.count, plan.shards
@@ -97,30 +106,49 @@ def embed(
         elif pending:
             from wherein.indexer.scale.ray_embed import run_ray
 
-            run_ray(plan, pending, writer, models.root, ray_address, actors, actor_cpus, draft, progress)
+            run_ray(
+                plan, pending, writer, models.root, ray_address, actors, actor_cpus, draft, progress
+            )
     except KeyboardInterrupt:
         stats.interrupted = True
     finally:
         manifest = shards.write_manifest(plan)
-        stats.written, stats.embedded, stats.failed = len(writer.written), writer.embedded, writer.failed
+        stats.written, stats.embedded, stats.failed = (
+            len(writer.written),
+            writer.embedded,
+            writer.failed,
+        )
         stats.complete = manifest["complete"]
         stats.seconds = time.perf_counter() - t0
     return stats
 
 
 def row_of(item_id: int, uri: str, res: records.Loaded, vector: np.ndarray | None) -> dict:
-    return {"id": item_id, "uri": uri, "size": res.size, "mtime_ns": res.mtime_ns, "sha256": res.sha256,
-            "width": res.width, "height": res.height, "error": res.error, "embedding": vector}
+    return {
+        "id": item_id,
+        "uri": uri,
+        "size": res.size,
+        "mtime_ns": res.mtime_ns,
+        "sha256": res.sha256,
+        "width": res.width,
+        "height": res.height,
+        "error": res.error,
+        "embedding": vector,
+    }
 
 
 def _run_local(plan, pending, writer, models, workers, threads, draft, progress) -> None:
-    from wherein.indexer.image_tower import ImageTower
+    from wherein.indexer.models.image_tower import ImageTower
 
     tower = ImageTower.from_models(models, threads)
     workers = workers or max(2, min(8, os.cpu_count() or 2))
     batch = max(32, tower.batch_size)
     table = plan.items(pending).to_pydict()
-    todo = list(zip(table["id"], table["shard"], table["uri"], table["offset"], table["length"], strict=True))
+    todo = list(
+        zip(
+            table["id"], table["shard"], table["uri"], table["offset"], table["length"], strict=True
+        )
+    )
     ready: list[tuple[int, int, str, records.Loaded]] = []
 
     def flush() -> None:

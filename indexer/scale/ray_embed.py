@@ -38,13 +38,20 @@ def decode_batch(batch: dict, draft: bool) -> dict:
     pixels = np.zeros((n, 3, size, size), np.float32)
     cols = {k: [] for k in ("size", "mtime_ns", "sha256", "width", "height", "error")}
     for j in range(n):
-        res = records.load(str(batch["uri"][j]), int(batch["offset"][j]), int(batch["length"][j]), draft)
+        res = records.load(
+            str(batch["uri"][j]), int(batch["offset"][j]), int(batch["length"][j]), draft
+        )
         if res.pixels is not None:
             pixels[j] = res.pixels
         for k in cols:
             cols[k].append(getattr(res, k))
     out = {"id": batch["id"], "shard": batch["shard"], "uri": batch["uri"], "pixels": pixels}
-    out.update({k: np.array(v, dtype=object if k in ("sha256", "error") else np.int64) for k, v in cols.items()})
+    out.update(
+        {
+            k: np.array(v, dtype=object if k in ("sha256", "error") else np.int64)
+            for k, v in cols.items()
+        }
+    )
     return out
 
 
@@ -54,8 +61,8 @@ class Embedder:
     def __init__(self, models_root: str, threads: int) -> None:
         from pathlib import Path
 
-        from wherein.indexer.image_tower import ImageTower
-        from wherein.indexer.modeldir import ModelDir
+        from wherein.indexer.models.image_tower import ImageTower
+        from wherein.indexer.models.modeldir import ModelDir
 
         self.tower = ImageTower.from_models(ModelDir(Path(models_root)), threads)
 
@@ -69,13 +76,17 @@ class Embedder:
         return batch
 
 
-def run_ray(plan, pending, writer, models_root, address, actors, actor_cpus, draft, progress) -> None:
+def run_ray(
+    plan, pending, writer, models_root, address, actors, actor_cpus, draft, progress
+) -> None:
     import ray
     import ray.data
 
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(
+            address=address, include_dashboard=False, log_to_driver=False, configure_logging=False
+        )
     try:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
@@ -88,25 +99,41 @@ def run_ray(plan, pending, writer, models_root, address, actors, actor_cpus, dra
         blocks = [table.slice(int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)]
         n_actors, cpus = pool_size(ray.cluster_resources().get("CPU", 1.0), actors, actor_cpus)
         ds = ray.data.from_arrow(blocks)
-        ds = ds.map_batches(decode_batch, batch_size=DECODE_BATCH, batch_format="numpy",
-                            fn_kwargs={"draft": draft}, num_cpus=1,
-                            # A memory reservation of its own also keeps Ray from fusing the
-                            # decode tasks into the actors (decode must run in parallel tasks).
-                            memory=DECODE_MEMORY)
         ds = ds.map_batches(
-            Embedder, fn_constructor_kwargs={"models_root": str(models_root), "threads": max(1, round(cpus))},
-            compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=cpus,
-            batch_size=EMBED_BATCH, batch_format="numpy",
+            decode_batch,
+            batch_size=DECODE_BATCH,
+            batch_format="numpy",
+            fn_kwargs={"draft": draft},
+            num_cpus=1,
+            # A memory reservation of its own also keeps Ray from fusing the
+            # decode tasks into the actors (decode must run in parallel tasks).
+            memory=DECODE_MEMORY,
+        )
+        ds = ds.map_batches(
+            Embedder,
+            fn_constructor_kwargs={"models_root": str(models_root), "threads": max(1, round(cpus))},
+            compute=ray.data.ActorPoolStrategy(size=n_actors),
+            num_cpus=cpus,
+            batch_size=EMBED_BATCH,
+            batch_format="numpy",
         )
         for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
             for j in range(len(batch["id"])):
                 err = str(batch["error"][j])
-                writer.add(int(batch["shard"][j]), {
-                    "id": int(batch["id"][j]), "uri": str(batch["uri"][j]), "size": int(batch["size"][j]),
-                    "mtime_ns": int(batch["mtime_ns"][j]), "sha256": str(batch["sha256"][j]),
-                    "width": int(batch["width"][j]), "height": int(batch["height"][j]),
-                    "error": err, "embedding": None if err else batch["embedding"][j],
-                })
+                writer.add(
+                    int(batch["shard"][j]),
+                    {
+                        "id": int(batch["id"][j]),
+                        "uri": str(batch["uri"][j]),
+                        "size": int(batch["size"][j]),
+                        "mtime_ns": int(batch["mtime_ns"][j]),
+                        "sha256": str(batch["sha256"][j]),
+                        "width": int(batch["width"][j]),
+                        "height": int(batch["height"][j]),
+                        "error": err,
+                        "embedding": None if err else batch["embedding"][j],
+                    },
+                )
             if progress:
                 progress(len(batch["id"]))
     finally:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wherein.indexer.imaging import prepare_for_siglip, read_error
-from wherein.indexer.run import JPEG_DRAFT
+from wherein.indexer.ingest.run import JPEG_DRAFT
 from wherein.indexer.scale.sources import read_item
 
 
@@ -34,5 +34,11 @@ def load(uri: str, offset: int = -1, length: int = -1, draft: bool = JPEG_DRAFT)
         return res
     res.size = len(data)
     p = prepare_for_siglip(data, draft)
-    res.sha256, res.width, res.height, res.pixels, res.error = p.sha256, p.width, p.height, p.pixels, p.error
+    res.sha256, res.width, res.height, res.pixels, res.error = (
+        p.sha256,
+        p.width,
+        p.height,
+        p.pixels,
+        p.error,
+    )
     return res

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from wherein.indexer.atomic import atomic_path, write_atomic
-from wherein.indexer.errors import WhereinError
 from wherein.indexer.scale.sources import Item
+from wherein.indexer.store.atomic import atomic_path, write_atomic
+from wherein.schemas.errors import WhereinError
 
 PLAN_JSON = "plan.json"
 PLAN_PARQUET = "plan.parquet"
@@ -44,7 +44,11 @@ def shard_name(i: int) -> str:
 
 def shard_paths(out: Path, i: int) -> tuple[Path, Path, Path]:
     base = out / SHARD_DIR / shard_name(i)
-    return base.with_suffix(".parquet"), base.with_suffix(".errors.parquet"), base.with_suffix(".done")
+    return (
+        base.with_suffix(".parquet"),
+        base.with_suffix(".errors.parquet"),
+        base.with_suffix(".done"),
+    )
 
 
 def is_done(out: Path, i: int) -> bool:
@@ -61,18 +65,32 @@ def embedding_type(dim: int):
 def shard_schema(dim: int):
     import pyarrow as pa
 
-    return pa.schema([
-        ("id", pa.int64()), ("uri", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
-        ("sha256", pa.string()), ("width", pa.int32()), ("height", pa.int32()),
-        ("embedding", embedding_type(dim)),
-    ])
+    return pa.schema(
+        [
+            ("id", pa.int64()),
+            ("uri", pa.string()),
+            ("size", pa.int64()),
+            ("mtime_ns", pa.int64()),
+            ("sha256", pa.string()),
+            ("width", pa.int32()),
+            ("height", pa.int32()),
+            ("embedding", embedding_type(dim)),
+        ]
+    )
 
 
 def error_schema():
     import pyarrow as pa
 
-    return pa.schema([("id", pa.int64()), ("uri", pa.string()), ("size", pa.int64()),
-                      ("mtime_ns", pa.int64()), ("reason", pa.string())])
+    return pa.schema(
+        [
+            ("id", pa.int64()),
+            ("uri", pa.string()),
+            ("size", pa.int64()),
+            ("mtime_ns", pa.int64()),
+            ("reason", pa.string()),
+        ]
+    )
 
 
 @dataclass
@@ -113,8 +131,16 @@ def _int_array(values):
     return pa.array(values, pa.int64())
 
 
-def open_plan(out: Path, sources: list[str], shard_size: int | None, model_id: str, space: str, dim: int,
-              list_items, model_file: str = "") -> tuple[Plan, bool]:
+def open_plan(
+    out: Path,
+    sources: list[str],
+    shard_size: int | None,
+    model_id: str,
+    space: str,
+    dim: int,
+    list_items,
+    model_file: str = "",
+) -> tuple[Plan, bool]:
     """Load the plan of an earlier run (resume) or list the sources and fix a new one. (plan, resumed)."""
     import pyarrow as pa
 
@@ -122,27 +148,55 @@ def open_plan(out: Path, sources: list[str], shard_size: int | None, model_id: s
     if side.is_file():
         meta = json.loads(side.read_text())
         if sources and sorted(sources) != sorted(meta["sources"]):
-            raise ShardError(f"{out}: holds shards of other sources ({', '.join(meta['sources'])}); use a new --out")
+            raise ShardError(
+                f"{out}: holds shards of other sources ({', '.join(meta['sources'])}); use a new --out"
+            )
         if shard_size and shard_size != meta["shard_size"]:
-            raise ShardError(f"{out}: was planned with --shard-size {meta['shard_size']}; use it or a new --out")
+            raise ShardError(
+                f"{out}: was planned with --shard-size {meta['shard_size']}; use it or a new --out"
+            )
         if meta["model_id"] != model_id:
-            raise ShardError(f"{out}: shards were embedded with model {meta['model_id']}, not {model_id}; use a new --out")
-        return Plan(out, meta["shard_size"], meta["count"], model_id, space, dim, meta["sources"], model_file), True
+            raise ShardError(
+                f"{out}: shards were embedded with model {meta['model_id']}, not {model_id}; use a new --out"
+            )
+        return Plan(
+            out,
+            meta["shard_size"],
+            meta["count"],
+            model_id,
+            space,
+            dim,
+            meta["sources"],
+            model_file,
+        ), True
     items: list[Item] = list_items()
     size = shard_size or 10_000
-    ids = np.arange(1, len(items) + 1, dtype=np.int64)  # 1-based: becomes the catalog rowid and FAISS id
-    table = pa.table({
-        "id": ids,
-        "shard": (ids - 1) // size,
-        "uri": [it.uri for it in items],
-        "offset": np.array([it.offset for it in items], dtype=np.int64),
-        "length": np.array([it.length for it in items], dtype=np.int64),
-    })
+    ids = np.arange(
+        1, len(items) + 1, dtype=np.int64
+    )  # 1-based: becomes the catalog rowid and FAISS id
+    table = pa.table(
+        {
+            "id": ids,
+            "shard": (ids - 1) // size,
+            "uri": [it.uri for it in items],
+            "offset": np.array([it.offset for it in items], dtype=np.int64),
+            "length": np.array([it.length for it in items], dtype=np.int64),
+        }
+    )
     (out / SHARD_DIR).mkdir(parents=True, exist_ok=True)
     write_parquet_atomic(table, out / PLAN_PARQUET)
     digest = hashlib.sha256("\n".join(it.uri for it in items).encode()).hexdigest()
-    meta = {"version": FORMAT_VERSION, "sources": sources, "shard_size": size, "count": len(items),
-            "model_id": model_id, "model_file": model_file, "space": space, "dim": dim, "items_sha256": digest}
+    meta = {
+        "version": FORMAT_VERSION,
+        "sources": sources,
+        "shard_size": size,
+        "count": len(items),
+        "model_id": model_id,
+        "model_file": model_file,
+        "space": space,
+        "dim": dim,
+        "items_sha256": digest,
+    }
     write_atomic(side, json.dumps(meta, indent=2).encode())
     return Plan(out, size, len(items), model_id, space, dim, sources, model_file), False
 
@@ -181,18 +235,40 @@ class ShardWriter:
         rows.sort(key=lambda r: r["id"])
         good = [r for r in rows if not r["error"]]
         bad = [r for r in rows if r["error"]]
-        vecs = np.stack([r["embedding"] for r in good]).astype(np.float32) if good else np.zeros((0, dim), np.float32)
-        cols = {k: [r[k] for r in good] for k in ("id", "uri", "size", "mtime_ns", "sha256", "width", "height")}
-        cols["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), pa.float32()), dim)
+        vecs = (
+            np.stack([r["embedding"] for r in good]).astype(np.float32)
+            if good
+            else np.zeros((0, dim), np.float32)
+        )
+        cols = {
+            k: [r[k] for r in good]
+            for k in ("id", "uri", "size", "mtime_ns", "sha256", "width", "height")
+        }
+        cols["embedding"] = pa.FixedSizeListArray.from_arrays(
+            pa.array(vecs.reshape(-1), pa.float32()), dim
+        )
         table = pa.table(cols, schema=shard_schema(dim))
-        errors = pa.table({"id": [r["id"] for r in bad], "uri": [r["uri"] for r in bad],
-                           "size": [r["size"] for r in bad], "mtime_ns": [r["mtime_ns"] for r in bad],
-                           "reason": [r["error"] for r in bad]}, schema=error_schema())
+        errors = pa.table(
+            {
+                "id": [r["id"] for r in bad],
+                "uri": [r["uri"] for r in bad],
+                "size": [r["size"] for r in bad],
+                "mtime_ns": [r["mtime_ns"] for r in bad],
+                "reason": [r["error"] for r in bad],
+            },
+            schema=error_schema(),
+        )
         parquet, err_path, done = shard_paths(self.plan.out, i)
         write_parquet_atomic(errors, err_path)
         write_parquet_atomic(table, parquet)
-        marker = {"shard": i, "rows": len(good), "errors": len(bad), "model_id": self.plan.model_id,
-                  "run": self.run_id, "written_at": time.time()}
+        marker = {
+            "shard": i,
+            "rows": len(good),
+            "errors": len(bad),
+            "model_id": self.plan.model_id,
+            "run": self.run_id,
+            "written_at": time.time(),
+        }
         write_atomic(done, json.dumps(marker).encode())  # last: the shard counts as complete
         self.written.append(i)
         self.embedded += len(good)
@@ -211,14 +287,28 @@ def write_manifest(plan: Plan) -> dict:
             complete = False
             continue
         marker = json.loads(done.read_text())
-        shards.append({"shard": i, "file": f"{SHARD_DIR}/{parquet.name}", "count": marker["rows"],
-                       "errors_file": f"{SHARD_DIR}/{err_path.name}", "errors": marker["errors"]})
+        shards.append(
+            {
+                "shard": i,
+                "file": f"{SHARD_DIR}/{parquet.name}",
+                "count": marker["rows"],
+                "errors_file": f"{SHARD_DIR}/{err_path.name}",
+                "errors": marker["errors"],
+            }
+        )
     manifest = {
-        "version": FORMAT_VERSION, "model_id": plan.model_id, "model_file": plan.model_file,
-        "space": plan.space, "dim": plan.dim,
-        "sources": plan.sources, "shard_size": plan.shard_size, "planned_shards": plan.shards,
-        "items": plan.count, "complete": complete,
-        "count": sum(s["count"] for s in shards), "errors": sum(s["errors"] for s in shards),
+        "version": FORMAT_VERSION,
+        "model_id": plan.model_id,
+        "model_file": plan.model_file,
+        "space": plan.space,
+        "dim": plan.dim,
+        "sources": plan.sources,
+        "shard_size": plan.shard_size,
+        "planned_shards": plan.shards,
+        "items": plan.count,
+        "complete": complete,
+        "count": sum(s["count"] for s in shards),
+        "errors": sum(s["errors"] for s in shards),
         "shards": shards,
     }
     write_atomic(plan.out / MANIFEST, json.dumps(manifest, indent=2).encode())
@@ -229,11 +319,15 @@ def read_manifest(out: Path) -> dict:
     try:
         manifest = json.loads((out / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
-        raise ShardError(f"{out}: no embed manifest here (run `wherein embed SOURCE --out {out}` first)") from exc
+        raise ShardError(
+            f"{out}: no embed manifest here (run `wherein embed SOURCE --out {out}` first)"
+        ) from exc
     if not manifest["complete"]:
         done = len(manifest["shards"])
-        raise ShardError(f"{out}: embedding incomplete ({done} of {manifest['planned_shards']} shards); "
-                         f"re-run `wherein embed` to finish it")
+        raise ShardError(
+            f"{out}: embedding incomplete ({done} of {manifest['planned_shards']} shards); "
+            f"re-run `wherein embed` to finish it"
+        )
     return manifest
 
 
@@ -242,4 +336,9 @@ def embeddings(table, dim: int) -> np.ndarray:
     col = table.column("embedding").combine_chunks()
     if len(col) == 0:
         return np.zeros((0, dim), np.float32)
-    return col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(len(col), dim)
+    return (
+        col.flatten()
+        .to_numpy(zero_copy_only=False)
+        .astype(np.float32, copy=False)
+        .reshape(len(col), dim)
+    )

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from wherein.indexer.errors import WhereinError
 from wherein.indexer.imaging import is_image_name
-from wherein.indexer.walk import WalkProblem, walk
+from wherein.indexer.ingest.walk import WalkProblem, walk
+from wherein.schemas.errors import WhereinError
 
 TAR_SEP = "#"  # "/data/shard-0001.tar#000123.jpg"
 LIST_COLUMNS = ("uri", "url", "path", "file", "filename")
@@ -75,7 +75,9 @@ def tar_items(path: str) -> list[Item]:
                 if m.isfile() and is_image_name(m.name)
             ]
     except (tarfile.TarError, OSError) as exc:
-        raise SourceError(f"{path}: cannot list tar ({exc}; only uncompressed .tar shards are supported)") from exc
+        raise SourceError(
+            f"{path}: cannot list tar ({exc}; only uncompressed .tar shards are supported)"
+        ) from exc
 
 
 def _list_file(src: str, path: str | None) -> list[Item]:
@@ -104,7 +106,9 @@ def _parquet_list(src: str, path: str | None) -> list[str]:
         schema = pq.read_schema(path or src)
         col = next((c for c in LIST_COLUMNS if c in schema.names), None)
         if col is None:
-            raise SourceError(f"{src}: file list needs one of the columns {', '.join(LIST_COLUMNS)}")
+            raise SourceError(
+                f"{src}: file list needs one of the columns {', '.join(LIST_COLUMNS)}"
+            )
         return [v for v in pq.read_table(path or src, columns=[col]).column(col).to_pylist() if v]
     except (OSError, ValueError) as exc:
         raise SourceError(f"{src}: cannot read parquet file list ({exc})") from exc

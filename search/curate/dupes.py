@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from wherein.indexer.errors import WhereinError
 from wherein.indexer.normalize import unit_rows
+from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import Hit
 
 REAL_THRESHOLD = 0.95
@@ -86,8 +86,9 @@ class UnionFind:
         return [sorted(g) for g in out.values() if len(g) > 1]
 
 
-def find_duplicates(store, threshold: float | None = None, exact_only: bool = False,
-                    batch: int = 1024) -> DupeReport:
+def find_duplicates(
+    store, threshold: float | None = None, exact_only: bool = False, batch: int = 1024
+) -> DupeReport:
     """Duplicate groups of an open IndexStore; threshold None = the space's default."""
     cat = store.catalog
     if threshold is None and not exact_only:
@@ -114,8 +115,20 @@ def find_duplicates(store, threshold: float | None = None, exact_only: bool = Fa
             if not keeper:
                 report.redundant += 1
                 report.redundant_bytes += int(row["size"] or 0)
-            report.hits.append(Hit.from_row(row, len(report.hits) + 1, score, None, extra={
-                "group": number, "group_size": len(members), "keeper": keeper, "match": match}))
+            report.hits.append(
+                Hit.from_row(
+                    row,
+                    len(report.hits) + 1,
+                    score,
+                    None,
+                    extra={
+                        "group": number,
+                        "group_size": len(members),
+                        "keeper": keeper,
+                        "match": match,
+                    },
+                )
+            )
     return report
 
 
@@ -166,7 +179,9 @@ def _keeper_key(row: dict, exists: bool):
     return (not exists, -pixels, -(row["size"] or 0), row["mtime_ns"] or 0, row["path"])
 
 
-def _describe(cat, ids: list[int], pairs: dict[tuple[int, int], float]) -> list[tuple[dict, float, str]]:
+def _describe(
+    cat, ids: list[int], pairs: dict[tuple[int, int], float]
+) -> list[tuple[dict, float, str]]:
     """[(row, cosine with keeper, 'keeper' | 'exact' | 'near')], keeper first, then by cosine."""
     rows = cat.rows_by_ids(ids)
     present = [rows[i] for i in ids if i in rows]
@@ -176,8 +191,18 @@ def _describe(cat, ids: list[int], pairs: dict[tuple[int, int], float]) -> list[
     got, vecs = cat.vectors_for([r["id"] for r in present])
     vec_of = dict(zip(got.tolist(), unit_rows(vecs))) if len(got) else {}
     # Exact copies share one vector: use any of them when the keeper's own is pending.
-    kvec = vec_of.get(keeper["id"]) if keeper["id"] in vec_of else next(
-        (vec_of[r["id"]] for r in present if r["sha256"] == keeper["sha256"] and r["id"] in vec_of), None)
+    kvec = (
+        vec_of.get(keeper["id"])
+        if keeper["id"] in vec_of
+        else next(
+            (
+                vec_of[r["id"]]
+                for r in present
+                if r["sha256"] == keeper["sha256"] and r["id"] in vec_of
+            ),
+            None,
+        )
+    )
     out = []
     for r in present:
         if r["id"] == keeper["id"]:

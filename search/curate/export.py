@@ -17,12 +17,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wherein.indexer.errors import WhereinError
+from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import Hit
 
 EXPORT_FORMATS = ("csv", "jsonl", "parquet")
-_EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet",
-               ".pq": "parquet"}
+_EXTENSIONS = {
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 PYARROW_MISSING = "parquet export needs pyarrow: install it with `pip install 'wherein[scale]'`"
 
 
@@ -34,12 +40,16 @@ def export_format(path: str | Path, fmt: str | None = None) -> str:
     """The format for a path: fmt when given, else from the extension."""
     if fmt:
         if fmt not in EXPORT_FORMATS:
-            raise ExportError(f"unknown export format {fmt!r} (choose from {', '.join(EXPORT_FORMATS)})")
+            raise ExportError(
+                f"unknown export format {fmt!r} (choose from {', '.join(EXPORT_FORMATS)})"
+            )
         return fmt
     ext = Path(path).suffix.lower()
     if ext not in _EXTENSIONS:
-        raise ExportError(f"{path}: cannot tell the export format from the extension {ext or '(none)'!r}; "
-                          f"use .csv, .jsonl or .parquet, or --format")
+        raise ExportError(
+            f"{path}: cannot tell the export format from the extension {ext or '(none)'!r}; "
+            f"use .csv, .jsonl or .parquet, or --format"
+        )
     return _EXTENSIONS[ext]
 
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wherein.indexer.errors import IndexError_, WhereinError
 from wherein.indexer.normalize import unit_rows
+from wherein.schemas.errors import IndexError_, WhereinError
 from wherein.schemas.records import Hit
 
 RAW_TEMPLATE = "{}"
@@ -74,9 +74,13 @@ def check_template(template: str) -> str:
     try:
         filled = template.format("\0")
     except (IndexError, KeyError, ValueError):
-        raise LabelError(f"template {template!r}: use {{}} for the label and nothing else in braces") from None
+        raise LabelError(
+            f"template {template!r}: use {{}} for the label and nothing else in braces"
+        ) from None
     if filled.count("\0") != 1:
-        raise LabelError(f"template {template!r} must contain {{}} exactly once, where the label goes")
+        raise LabelError(
+            f"template {template!r} must contain {{}} exactly once, where the label goes"
+        )
     return template
 
 
@@ -95,8 +99,10 @@ def compute_labels(searcher, labels: Sequence[str], template: str, batch: int = 
     text = unit_rows(tower.encode(prompts))  # [L, d]
     dim = searcher.dim
     if dim and text.shape[1] != dim:
-        raise IndexError_(f"the text tower gives {text.shape[1]}-dimensional vectors but the index holds "
-                          f"{dim}-dimensional ones: use the models the index was built with")
+        raise IndexError_(
+            f"the text tower gives {text.shape[1]}-dimensional vectors but the index holds "
+            f"{dim}-dimensional ones: use the models the index was built with"
+        )
     cat = searcher.store.catalog
     ids, cosines = [], []
     for batch_ids, vecs in cat.iter_vectors(batch):
@@ -105,7 +111,9 @@ def compute_labels(searcher, labels: Sequence[str], template: str, batch: int = 
     all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     cos = np.concatenate(cosines) if cosines else np.zeros((0, len(labels)), dtype=np.float32)
     probs = np.asarray(tower.probability(cos), dtype=np.float64).reshape(cos.shape)
-    return LabelRun(labels, template, prompts, str(cat.get_meta("model_id") or ""), all_ids, cos, probs)
+    return LabelRun(
+        labels, template, prompts, str(cat.get_meta("model_id") or ""), all_ids, cos, probs
+    )
 
 
 def ensure_table(conn: sqlite3.Connection) -> None:
@@ -118,7 +126,14 @@ def ensure_table(conn: sqlite3.Connection) -> None:
 def store_labels(catalog, run: LabelRun) -> int:
     """Write the run's rows to the catalog in one transaction; returns the number of rows written."""
     rows = [
-        (int(image_id), label, float(run.probabilities[i, j]), run.template, run.model_id, int(image_id))
+        (
+            int(image_id),
+            label,
+            float(run.probabilities[i, j]),
+            run.template,
+            run.model_id,
+            int(image_id),
+        )
         for i, image_id in enumerate(run.ids)
         for j, label in enumerate(run.labels)
     ]
@@ -138,19 +153,25 @@ def store_labels(catalog, run: LabelRun) -> int:
             return conn.total_changes - before
     except sqlite3.OperationalError as exc:
         if "readonly" in str(exc) or "read-only" in str(exc):
-            raise IndexError_(f"{catalog.path}: the catalog is read-only; use --no-store to only export") from None
+            raise IndexError_(
+                f"{catalog.path}: the catalog is read-only; use --no-store to only export"
+            ) from None
         raise
 
 
-def read_labels(catalog, label: str | None = None, template: str | None = None,
-                model_id: str | None = None) -> list[dict]:
+def read_labels(
+    catalog, label: str | None = None, template: str | None = None, model_id: str | None = None
+) -> list[dict]:
     """Stored label rows (image_id, path, label, probability, template, model_id), by path then label."""
     exists = catalog.conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'labels'").fetchone()
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'labels'"
+    ).fetchone()
     if not exists:
         return []
-    sql = ("SELECT l.image_id, i.path, l.label, l.probability, l.template, l.model_id "
-           "FROM labels l JOIN images i ON i.id = l.image_id WHERE 1=1")
+    sql = (
+        "SELECT l.image_id, i.path, l.label, l.probability, l.template, l.model_id "
+        "FROM labels l JOIN images i ON i.id = l.image_id WHERE 1=1"
+    )
     args: list = []
     for column, value in (("label", label), ("template", template), ("model_id", model_id)):
         if value is not None:
@@ -164,8 +185,10 @@ def read_labels(catalog, label: str | None = None, template: str | None = None,
 def label_hits(catalog, run: LabelRun) -> list[Hit]:
     """One hit per image, by path: probability/score of its best label, all labels in extra."""
     rows = catalog.rows_by_ids(run.ids)
-    order = sorted((i for i in range(len(run.ids)) if int(run.ids[i]) in rows),
-                   key=lambda i: rows[int(run.ids[i])]["path"])
+    order = sorted(
+        (i for i in range(len(run.ids)) if int(run.ids[i]) in rows),
+        key=lambda i: rows[int(run.ids[i])]["path"],
+    )
     hits = []
     for i in order:
         best = int(np.argmax(run.probabilities[i]))
@@ -173,6 +196,13 @@ def label_hits(catalog, run: LabelRun) -> list[Hit]:
             "label": run.labels[best],
             "labels": {label: float(run.probabilities[i, j]) for j, label in enumerate(run.labels)},
         }
-        hits.append(Hit.from_row(rows[int(run.ids[i])], len(hits) + 1, float(run.cosines[i, best]),
-                                 float(run.probabilities[i, best]), extra=extra))
+        hits.append(
+            Hit.from_row(
+                rows[int(run.ids[i])],
+                len(hits) + 1,
+                float(run.cosines[i, best]),
+                float(run.probabilities[i, best]),
+                extra=extra,
+            )
+        )
     return hits

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from wherein.indexer.errors import WhereinError
+from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import Hit
 
 LAYOUTS = ("tree", "flat")
@@ -49,10 +49,19 @@ class Placement:
     id: int
 
 
-def select(searcher, query, min_probability: float, limit: int | None = None, under=None, glob=None,
-           sort: str = "score") -> list[Hit]:
+def select(
+    searcher,
+    query,
+    min_probability: float,
+    limit: int | None = None,
+    under=None,
+    glob=None,
+    sort: str = "score",
+) -> list[Hit]:
     """Every indexed image whose calibrated probability for query is >= min_probability (best first)."""
-    return searcher.search(query, k=limit, min_probability=min_probability, under=under, glob=glob, sort=sort)
+    return searcher.search(
+        query, k=limit, min_probability=min_probability, under=under, glob=glob, sort=sort
+    )
 
 
 def plan(hits: Sequence[Hit], dest: str | Path, layout: str = "tree") -> list[Placement]:
@@ -67,20 +76,26 @@ def plan(hits: Sequence[Hit], dest: str | Path, layout: str = "tree") -> list[Pl
     sources = [Path(os.path.abspath(h.path)) for h in hits]
     missing = [str(s) for s in sources if not s.is_file()]
     if missing:
-        raise MaterialiseError(f"{len(missing)} selected file(s) no longer exist, e.g. {missing[0]}; "
-                               f"run `wherein index` on their folders, then select again (nothing was written)")
+        raise MaterialiseError(
+            f"{len(missing)} selected file(s) no longer exist, e.g. {missing[0]}; "
+            f"run `wherein index` on their folders, then select again (nothing was written)"
+        )
     if layout == "tree":
         root = Path(os.path.commonpath([str(s.parent) for s in sources]))
         targets = [dest / s.relative_to(root) for s in sources]
     else:
         counts = Counter(s.name.casefold() for s in sources)
-        targets = [dest / (s.name if counts[s.name.casefold()] == 1 else f"{s.stem}-{h.id}{s.suffix}")
-                   for s, h in zip(sources, hits, strict=True)]
+        targets = [
+            dest / (s.name if counts[s.name.casefold()] == 1 else f"{s.stem}-{h.id}{s.suffix}")
+            for s, h in zip(sources, hits, strict=True)
+        ]
     placements = [Placement(s, t, h.id) for s, t, h in zip(sources, targets, hits, strict=True)]
     taken = [str(p.target) for p in placements if os.path.lexists(p.target)]
     if taken:
-        raise MaterialiseError(f"{len(taken)} target(s) already exist, e.g. {taken[0]}; nothing was copied "
-                               f"or linked (choose an empty folder, or move those files away)")
+        raise MaterialiseError(
+            f"{len(taken)} target(s) already exist, e.g. {taken[0]}; nothing was copied "
+            f"or linked (choose an empty folder, or move those files away)"
+        )
     return placements
 
 
@@ -105,9 +120,13 @@ def materialise(placements: Sequence[Placement], mode: str = "copy") -> list[Pat
             with contextlib.suppress(OSError):
                 d.rmdir()
         if isinstance(exc, FileExistsError):
-            raise MaterialiseError(f"{exc.filename}: appeared while copying; nothing was kept") from None
+            raise MaterialiseError(
+                f"{exc.filename}: appeared while copying; nothing was kept"
+            ) from None
         if isinstance(exc, OSError):
-            raise MaterialiseError(f"{exc.filename or ''}: {exc.strerror or exc}; nothing was kept") from None
+            raise MaterialiseError(
+                f"{exc.filename or ''}: {exc.strerror or exc}; nothing was kept"
+            ) from None
         raise
     return created_files
 
@@ -129,4 +148,3 @@ def _make_parents(folder: Path, created: list[Path]) -> None:
     for d in reversed(missing):
         d.mkdir()
         created.append(d)
-

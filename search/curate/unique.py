@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wherein.indexer.errors import WhereinError
 from wherein.indexer.normalize import unit_rows
+from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import Hit
 
 
@@ -52,6 +52,13 @@ def unique_hits(store, k: int = 10, top: int | None = 20) -> list[Hit]:
         row = rows.get(int(ids[i]))
         if row is None:
             continue
-        hits.append(Hit.from_row(row, len(hits) + 1, 1.0 - float(u[i]), None,
-                                 extra={"uniqueness": round(float(u[i]), 6), "k": k_used}))
+        hits.append(
+            Hit.from_row(
+                row,
+                len(hits) + 1,
+                1.0 - float(u[i]),
+                None,
+                extra={"uniqueness": round(float(u[i]), 6), "k": k_used},
+            )
+        )
     return hits

@@ -38,8 +38,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from wherein.indexer.catalog import Catalog
-from wherein.indexer.errors import IndexError_, ModelError, WhereinError
+from wherein.indexer.store.catalog import Catalog
+from wherein.schemas.errors import IndexError_, ModelError, WhereinError
 from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import iso_time
 from wherein.search.web import schemas
@@ -49,7 +49,7 @@ from wherein.search.web.thumbs import ResizedCache
 
 log = logging.getLogger("wherein.serve")
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 THUMB_SIDE = 384  # grid tiles are ~200 CSS px: sharp on 2x screens
 PREVIEW_SIDE = 1600
 MAX_PER_PAGE = 200
@@ -93,8 +93,12 @@ class WebState:
         self.cache_dir = self.index_dir / "cache"
         writable = _usable_cache(self.cache_dir)
         self.thumbs = ResizedCache(self.cache_dir / "thumbs" if writable else None, THUMB_SIDE)
-        self.previews = ResizedCache(self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85)
-        self.masks = MaskService(self.searcher.models.root, self.cache_dir / "masks" if writable else None)
+        self.previews = ResizedCache(
+            self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85
+        )
+        self.masks = MaskService(
+            self.searcher.models.root, self.cache_dir / "masks" if writable else None
+        )
         self._folders: tuple[tuple, list[dict]] | None = None
 
     def close(self) -> None:
@@ -110,11 +114,16 @@ class WebState:
 
     def folders(self) -> list[dict]:
         with self.db_lock:
-            stamp = (self.catalog.generation, self.catalog.count_images(),
-                     self.catalog.conn.execute("SELECT max(id) FROM images").fetchone()[0])
+            stamp = (
+                self.catalog.generation,
+                self.catalog.count_images(),
+                self.catalog.conn.execute("SELECT max(id) FROM images").fetchone()[0],
+            )
             if self._folders is not None and self._folders[0] == stamp:
                 return self._folders[1]
-            counts = Counter(os.path.dirname(p) for (p,) in self.catalog.conn.execute("SELECT path FROM images"))
+            counts = Counter(
+                os.path.dirname(p) for (p,) in self.catalog.conn.execute("SELECT path FROM images")
+            )
         out = [{"folder": f, "count": n} for f, n in sorted(counts.items())]
         self._folders = (stamp, out)
         return out
@@ -203,7 +212,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         for e in exc.errors():
             where = ".".join(str(x) for x in e.get("loc", ())[1:]) or "request"
             got = e.get("input")
-            shown = f" (got {str(got)[:60]!r})" if got is not None and not isinstance(got, dict) else ""
+            shown = (
+                f" (got {str(got)[:60]!r})" if got is not None and not isinstance(got, dict) else ""
+            )
             parts.append(f"{where}: {e.get('msg', 'invalid')}{shown}")
         return _error(400, "; ".join(parts) or "bad request")
 
@@ -228,7 +239,10 @@ def _urls(f_id: int, sha: str | None) -> dict[str, str]:
 
 def _image_response(result: tuple[Path | bytes, bool], media_type: str = "image/jpeg") -> Response:
     body, hit = result
-    headers = {"Cache-Control": "private, max-age=86400", "X-Wherein-Cache": "hit" if hit else "miss"}
+    headers = {
+        "Cache-Control": "private, max-age=86400",
+        "X-Wherein-Cache": "hit" if hit else "miss",
+    }
     if isinstance(body, Path):
         return FileResponse(body, media_type=media_type, headers=headers)
     return Response(body, media_type=media_type, headers=headers)
@@ -237,12 +251,15 @@ def _image_response(result: tuple[Path | bytes, bool], media_type: str = "image/
 def _add_routes(app: FastAPI, state: WebState) -> None:
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
-        return FileResponse(STATIC_DIR / "index.html", media_type="text/html",
-                            headers={"Cache-Control": "no-cache"})
+        return FileResponse(
+            STATIC_DIR / "index.html", media_type="text/html", headers={"Cache-Control": "no-cache"}
+        )
 
-    @app.get("/api/status", responses=_json_schema_response("StatusResponse", "Index and app status"))
+    @app.get(
+        "/api/status", responses=_json_schema_response("StatusResponse", "Index and app status")
+    )
     def status() -> JSONResponse:
-        from wherein.indexer.status import index_status
+        from wherein.indexer.store.status import index_status
 
         info = index_status(state.searcher.store)
         info.pop("skipped", None)  # can be long; `wherein status` lists them
@@ -253,17 +270,32 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         info.update(
             standin=state.searcher.models.is_standin,
             models=str(state.searcher.models.root),
-            cache={"dir": str(cache), "writable": state.thumbs.dir is not None, "thumbs": thumbs,
-                   "previews": previews, "masks": masks, "bytes": _du(cache)},
-            masks={"vision_passes": state.masks.vision_passes, "decoder_runs": state.masks.decoder_runs},
+            cache={
+                "dir": str(cache),
+                "writable": state.thumbs.dir is not None,
+                "thumbs": thumbs,
+                "previews": previews,
+                "masks": masks,
+                "bytes": _du(cache),
+            },
+            masks={
+                "vision_passes": state.masks.vision_passes,
+                "decoder_runs": state.masks.decoder_runs,
+            },
         )
         return JSONResponse(info)
 
     @app.get("/api/search", responses=_json_schema_response("SearchResponse", "One page of hits"))
     def search(
-        q: Annotated[str, Query(max_length=1000, description="Query algebra as in `wherein search`")] = "",
-        like: Annotated[list[int], Query(description="Catalog ids whose indexed vectors join the query")] = [],  # noqa: B006
-        unlike: Annotated[list[int], Query(description="Catalog ids subtracted from the query")] = [],  # noqa: B006
+        q: Annotated[
+            str, Query(max_length=1000, description="Query algebra as in `wherein search`")
+        ] = "",
+        like: Annotated[
+            list[int], Query(description="Catalog ids whose indexed vectors join the query")
+        ] = [],  # noqa: B006
+        unlike: Annotated[
+            list[int], Query(description="Catalog ids subtracted from the query")
+        ] = [],  # noqa: B006
         min_probability: Annotated[float | None, Query(gt=0, lt=1)] = None,
         under: Annotated[str | None, Query(max_length=4096, description="Absolute folder")] = None,
         sort: Literal["score", "date", "path", "size"] = "score",
@@ -273,7 +305,9 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         from wherein.search.api import Query as Q
 
         if page * per_page > MAX_RESULTS:
-            raise _BadRequest(f"page: at most {MAX_RESULTS} results can be paged through; narrow the query")
+            raise _BadRequest(
+                f"page: at most {MAX_RESULTS} results can be paged through; narrow the query"
+            )
         if under is not None:
             under = under.strip() or None
         if under is not None and not os.path.isabs(os.path.expanduser(under)):
@@ -286,32 +320,52 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         end = page * per_page
         # Fetch in blocks: pages cut from one candidate set stay consistent (no hit on two
         # pages, none skipped) even where scores tie and FAISS may pick either.
-        k = None if min_probability is not None else min(-(-(end + 1) // PAGE_BLOCK) * PAGE_BLOCK, MAX_RESULTS + 1)
-        hits = state.searcher.search(query, k=k, min_probability=min_probability, under=under, sort=sort)
+        k = (
+            None
+            if min_probability is not None
+            else min(-(-(end + 1) // PAGE_BLOCK) * PAGE_BLOCK, MAX_RESULTS + 1)
+        )
+        hits = state.searcher.search(
+            query, k=k, min_probability=min_probability, under=under, sort=sort
+        )
         total = len(hits) if min_probability is not None else None
         chunk = hits[end - per_page : end]
         prompt = next((t.value for t in query.text_terms if t.weight > 0), None)
-        return JSONResponse({
-            "query": str(query),
-            "mask_prompt": prompt,
-            "page": page,
-            "per_page": per_page,
-            "has_more": len(hits) > end,
-            "total": total,
-            "hits": [{**h.to_dict(), **_urls(h.id, h.sha256)} for h in chunk],
-            "timings": {k: round(v, 2) for k, v in state.searcher.last_timings.items()},
-            "standin": state.searcher.models.is_standin,
-        })
+        return JSONResponse(
+            {
+                "query": str(query),
+                "mask_prompt": prompt,
+                "page": page,
+                "per_page": per_page,
+                "has_more": len(hits) > end,
+                "total": total,
+                "hits": [{**h.to_dict(), **_urls(h.id, h.sha256)} for h in chunk],
+                "timings": {k: round(v, 2) for k, v in state.searcher.last_timings.items()},
+                "standin": state.searcher.models.is_standin,
+            }
+        )
 
-    @app.get("/api/hit/{image_id}", responses=_json_schema_response("ImageRecord", "One indexed image"))
+    @app.get(
+        "/api/hit/{image_id}", responses=_json_schema_response("ImageRecord", "One indexed image")
+    )
     def hit(image_id: ImageId) -> JSONResponse:
         f = state.indexed(image_id)
-        return JSONResponse({
-            "id": f.id, "path": f.path, "folder": os.path.dirname(f.path), "width": f.width,
-            "height": f.height, "size": f.size, "mtime": iso_time(f.mtime_ns), "indexed_at": f.indexed_at,
-            "sha256": f.sha256, "format": f.format, "exists": os.path.exists(f.path),
-            **_urls(f.id, f.sha256),
-        })
+        return JSONResponse(
+            {
+                "id": f.id,
+                "path": f.path,
+                "folder": os.path.dirname(f.path),
+                "width": f.width,
+                "height": f.height,
+                "size": f.size,
+                "mtime": iso_time(f.mtime_ns),
+                "indexed_at": f.indexed_at,
+                "sha256": f.sha256,
+                "format": f.format,
+                "exists": os.path.exists(f.path),
+                **_urls(f.id, f.sha256),
+            }
+        )
 
     @app.get("/api/thumb/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
     def thumb(image_id: ImageId) -> Response:
@@ -321,25 +375,42 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
     def image(image_id: ImageId) -> Response:
         return _image_response(state.previews.get(state.indexed(image_id)))
 
-    @app.get("/api/mask/{image_id}", responses=_json_schema_response("MaskResponse", "Where the prompt matches"))
+    @app.get(
+        "/api/mask/{image_id}",
+        responses=_json_schema_response("MaskResponse", "Where the prompt matches"),
+    )
     def mask(image_id: ImageId, prompt: Annotated[str, Query(max_length=1000)]) -> JSONResponse:
         f = state.indexed(image_id)
         p = clean_prompt(prompt)
         entry = state.masks.get(f, p)
         qs = f"?prompt={quote(p)}&v={f.sha256[:16]}"
-        return JSONResponse({
-            **entry.summary,
-            "overlay_url": f"/api/mask/{f.id}/overlay{qs}",
-            "mask_url": f"/api/mask/{f.id}/mask{qs}",
-        })
+        return JSONResponse(
+            {
+                **entry.summary,
+                "overlay_url": f"/api/mask/{f.id}/overlay{qs}",
+                "mask_url": f"/api/mask/{f.id}/mask{qs}",
+            }
+        )
 
-    @app.get("/api/mask/{image_id}/{kind}", response_class=Response,
-             responses={200: {"description": "overlay JPEG or mask PNG",
-                              "content": {"image/jpeg": {}, "image/png": {}}}})
-    def mask_file(image_id: ImageId, kind: Literal["overlay", "mask"],
-                  prompt: Annotated[str, Query(max_length=1000)]) -> Response:
+    @app.get(
+        "/api/mask/{image_id}/{kind}",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "overlay JPEG or mask PNG",
+                "content": {"image/jpeg": {}, "image/png": {}},
+            }
+        },
+    )
+    def mask_file(
+        image_id: ImageId,
+        kind: Literal["overlay", "mask"],
+        prompt: Annotated[str, Query(max_length=1000)],
+    ) -> Response:
         entry = state.masks.get(state.indexed(image_id), clean_prompt(prompt))
-        return _image_response((entry.files[kind], bool(entry.summary.get("cached"))), KINDS[kind][1])
+        return _image_response(
+            (entry.files[kind], bool(entry.summary.get("cached"))), KINDS[kind][1]
+        )
 
     @app.get("/api/folders")
     def folders() -> JSONResponse:
@@ -376,9 +447,16 @@ def _add_schemas_to_openapi(app: FastAPI) -> None:
         if app.openapi_schema is None:
             from fastapi.openapi.utils import get_openapi
 
-            doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes,
-                              description=(__doc__ or "").split("\n\n", 1)[0])
-            doc.setdefault("components", {}).setdefault("schemas", {}).update(schemas.openapi_components())
+            doc = get_openapi(
+                title=app.title,
+                version=app.version,
+                summary=app.summary,
+                routes=app.routes,
+                description=(__doc__ or "").split("\n\n", 1)[0],
+            )
+            doc.setdefault("components", {}).setdefault("schemas", {}).update(
+                schemas.openapi_components()
+            )
             app.openapi_schema = doc
         return app.openapi_schema
 

@@ -22,7 +22,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from wherein.indexer.errors import WhereinError
+from wherein.schemas.errors import WhereinError
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -56,7 +56,9 @@ class IndexedFile:
     def from_row(cls, row: dict) -> IndexedFile:
         sha = str(row["sha256"] or "")
         if not _HEX.match(sha):  # cache file names are built from it: only ever hex
-            raise FileChanged(f"image {row['id']}: the catalog has no valid SHA-256 for it; re-run wherein index")
+            raise FileChanged(
+                f"image {row['id']}: the catalog has no valid SHA-256 for it; re-run wherein index"
+            )
         return cls(
             id=int(row["id"]),
             path=str(row["path"]),
@@ -81,7 +83,9 @@ def read_verified(f: IndexedFile) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise FileChanged(f"image {f.id}: the indexed path is no longer a regular file; refused")
+            raise FileChanged(
+                f"image {f.id}: the indexed path is no longer a regular file; refused"
+            )
         if st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
             raise FileChanged(
                 f"image {f.id}: the file changed since it was indexed (size or time differ); "

@@ -20,8 +20,8 @@ from typing import Any
 
 from PIL import Image
 
-from wherein.indexer.errors import WhereinError
 from wherein.indexer.imaging import DecodeError, decode
+from wherein.schemas.errors import WhereinError
 from wherein.search.web.files import FileChanged, IndexedFile, read_verified
 from wherein.search.web.thumbs import _write_atomic
 
@@ -51,13 +51,15 @@ def clean_prompt(prompt: str | None) -> str:
 
 
 def prompt_key(prompt: str) -> str:
-    from wherein.search.masking import slug
+    from wherein.search.localize.masking import slug
 
     return f"{slug(prompt)}-{hashlib.sha256(prompt.encode()).hexdigest()[:12]}"
 
 
 class MaskService:
-    def __init__(self, models_root: Path, cache_dir: Path | None, threads: int | None = None) -> None:
+    def __init__(
+        self, models_root: Path, cache_dir: Path | None, threads: int | None = None
+    ) -> None:
         self.models_root = Path(models_root)
         self.dir = cache_dir
         self.threads = threads
@@ -70,7 +72,7 @@ class MaskService:
 
     @property
     def model(self):
-        from wherein.search.clipseg import load_cached
+        from wherein.indexer.models.clipseg import load_cached
 
         return load_cached(self.models_root, self.threads)
 
@@ -80,7 +82,9 @@ class MaskService:
         entry = self._cached(f, pkey)
         if entry is not None:
             return entry
-        with self._image_lock(f.key):  # one vision pass per image, however many prompts arrive at once
+        with self._image_lock(
+            f.key
+        ):  # one vision pass per image, however many prompts arrive at once
             entry = self._cached(f, pkey)
             if entry is not None:
                 return entry
@@ -109,11 +113,13 @@ class MaskService:
         return MaskEntry({**summary, "cached": True}, dict(files))
 
     def _compute(self, f: IndexedFile, prompt: str, pkey: str) -> MaskEntry:
-        from wherein.search.masking import MaskResult
+        from wherein.search.localize.masking import MaskResult
 
         model = self.model
         image, size, feats = self._vision(f, model)
-        res = MaskResult.from_probability(prompt, model.decode(feats, model.encode_prompt(prompt)), size)
+        res = MaskResult.from_probability(
+            prompt, model.decode(feats, model.encode_prompt(prompt)), size
+        )
         self.decoder_runs += 1
         summary = {"id": f.id, **res.summary()}
         blobs = {"overlay": _jpeg(res.overlay(image)), "mask": _png(res)}
@@ -125,7 +131,9 @@ class MaskService:
                     path = folder / f"{pkey}.{suffix}"
                     _write_atomic(path, blobs[kind])
                     files[kind] = path
-                _write_atomic(folder / f"{pkey}.json", json.dumps(summary).encode())  # last: marks complete
+                _write_atomic(
+                    folder / f"{pkey}.json", json.dumps(summary).encode()
+                )  # last: marks complete
                 return MaskEntry({**summary, "cached": False}, files)
             except OSError:
                 self.dir = None  # read-only index: keep results in memory from now on
@@ -142,7 +150,7 @@ class MaskService:
             if got is not None:
                 self._features.move_to_end(f.key)
                 return got
-        from wherein.search.masking import OVERLAY_MAX_SIDE
+        from wherein.search.localize.masking import OVERLAY_MAX_SIDE
 
         try:
             image, size = decode(read_verified(f), draft_size=OVERLAY_MAX_SIDE // 2)

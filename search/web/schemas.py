@@ -60,7 +60,7 @@ def _rewrite(node: Any, name: str, by_file: dict[str, str]) -> Any:
             target, _, frag = v.partition("#")
             owner = by_file.get(target, name) if target else name
             if frag.startswith("/$defs/"):
-                v = f"#/components/schemas/{owner}_{frag[len('/$defs/'):]}"
+                v = f"#/components/schemas/{owner}_{frag[len('/$defs/') :]}"
             else:
                 v = f"#/components/schemas/{owner}" + (frag if frag else "")
         out[k] = _rewrite(v, name, by_file)

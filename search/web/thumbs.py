@@ -15,8 +15,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from wherein.indexer.atomic import write_atomic
 from wherein.indexer.imaging import DecodeError, decode
+from wherein.indexer.store.atomic import write_atomic
 from wherein.search.web.files import FileChanged, IndexedFile, read_verified
 
 

@@ -1,0 +1,240 @@
+"""CLIPSeg rd64 as three LiteRT graphs plus host assets (see MODELS.md, section 3).
+
+    prompt -> CLIP BPE ids [77] -> rows of token_embedding_f16.bin [1,77,512]
+           -> text graph -> hidden [1,77,512] -> hidden[0, eot] @ W -> cond [512]
+    image  -> 352x352 ImageNet-normalised -> vision graph -> (t3, t6, t9) [1,485,768]
+    (t3, t6, t9, cond) -> decoder graph -> logits [1,352,352] -> sigmoid
+
+The vision pass is the expensive part and is done once per image; cond is
+cached per prompt, so one image with several prompts costs one vision pass and
+one decoder run per prompt. Graph tensors are bound by signature slot
+(LiteRTGraph.run takes and returns slot order), never by shape: t3/t6/t9 share
+one shape and a swapped binding gives a plausible but wrong mask.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from PIL import Image
+
+from wherein.indexer.imaging import clipseg_input
+from wherein.indexer.models.modeldir import ModelDir
+from wherein.schemas.errors import ModelError
+from wherein.schemas.models import (
+    CLIPSEG,
+    CLIPSEG_EOT,
+    CLIPSEG_IMAGE_SIZE,
+    CLIPSEG_SOT,
+    CLIPSEG_TEXT_LEN,
+    CLIPSEG_TEXT_WIDTH,
+    CLIPSEG_VOCAB,
+)
+
+MAX_CONTENT_TOKENS = CLIPSEG_TEXT_LEN - 2  # SOT and EOT take two of the 77 slots
+TOKEN_TABLE = "token_embedding_f16.bin"
+PROJECTION = "text_projection_f16.bin"
+_GRAPH_SPECS = {g.filename: g for g in CLIPSEG.graphs}
+VISION_FILE, TEXT_FILE, DECODER_FILE = (g.filename for g in CLIPSEG.graphs)
+
+
+class Graph(Protocol):
+    """What ClipSeg needs from a graph: inputs in slot order in, outputs in slot order out.
+
+    LiteRTGraph is one; the parity test passes torch callables through the same code path.
+    """
+
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class Features:
+    """The vision graph's outputs for one image, in slot order (output_0/1/2)."""
+
+    t3: np.ndarray
+    t6: np.ndarray
+    t9: np.ndarray
+
+    def in_slot_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.t3, self.t6, self.t9
+
+
+def _asset_size_check(path: Path, expected: int, what: str) -> None:
+    if not path.is_file():
+        raise ModelError(f"{path}: {what} not found (run `wherein models pull`)")
+    size = path.stat().st_size
+    if size != expected:
+        raise ModelError(f"{path}: expected {expected:,} bytes ({what}), found {size:,}")
+
+
+def load_token_table(path: Path) -> np.ndarray:
+    """[49408,512] float16 view of the file (memory-mapped: only the looked-up rows are read)."""
+    _asset_size_check(
+        path, CLIPSEG_VOCAB * CLIPSEG_TEXT_WIDTH * 2, "float16 [49408,512] token embedding table"
+    )
+    return np.memmap(path, dtype="<f2", mode="r", shape=(CLIPSEG_VOCAB, CLIPSEG_TEXT_WIDTH))
+
+
+def load_projection(path: Path) -> np.ndarray:
+    """[512,512] float32, input-major: cond = hidden_eot @ W."""
+    _asset_size_check(
+        path, CLIPSEG_TEXT_WIDTH * CLIPSEG_TEXT_WIDTH * 2, "float16 [512,512] text projection"
+    )
+    w = np.fromfile(path, dtype="<f2").reshape(CLIPSEG_TEXT_WIDTH, CLIPSEG_TEXT_WIDTH)
+    return w.astype(np.float32)
+
+
+def check_vocab(path: Path) -> None:
+    """The bundle's vocab.json must be CLIP's: the tokenizer used here is open_clip's bundled copy."""
+    if not path.is_file():
+        raise ModelError(f"{path}: CLIP BPE vocabulary not found (run `wherein models pull`)")
+    try:
+        vocab = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelError(f"{path}: not a JSON vocabulary ({exc})") from None
+    # HF's CLIPTokenizer spells the specials <|startoftext|>; open_clip's copy <start_of_text>.
+    sot = vocab.get("<|startoftext|>", vocab.get("<start_of_text>"))
+    eot = vocab.get("<|endoftext|>", vocab.get("<end_of_text>"))
+    if len(vocab) != CLIPSEG_VOCAB or sot != CLIPSEG_SOT or eot != CLIPSEG_EOT:
+        raise ModelError(
+            f"{path}: expected the CLIP BPE vocabulary ({CLIPSEG_VOCAB} entries, SOT {CLIPSEG_SOT}, "
+            f"EOT {CLIPSEG_EOT}), found {len(vocab)} entries"
+        )
+
+
+class Tokenizer:
+    """CLIP BPE through open_clip's bundled SimpleTokenizer: [SOT, tokens..., EOT, 0...] of length 77."""
+
+    def __init__(self) -> None:
+        from open_clip.tokenizer import SimpleTokenizer
+
+        self._tok = SimpleTokenizer(context_length=CLIPSEG_TEXT_LEN)
+        self._lock = threading.Lock()  # its BPE cache is a plain dict
+
+    def __call__(self, text: str) -> np.ndarray:
+        with self._lock:
+            content = self._tok.encode(text)[:MAX_CONTENT_TOKENS]
+        ids = np.zeros(CLIPSEG_TEXT_LEN, dtype=np.int64)
+        ids[0] = CLIPSEG_SOT
+        ids[1 : 1 + len(content)] = content
+        ids[1 + len(content)] = CLIPSEG_EOT
+        return ids
+
+
+class ClipSeg:
+    """CLIPSeg's host pipeline over three graphs; thread-safe (graphs keep one interpreter per thread)."""
+
+    def __init__(
+        self,
+        vision: Graph,
+        text: Graph,
+        decoder: Graph,
+        token_table: np.ndarray,
+        projection: np.ndarray,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.vision = vision
+        self.text = text
+        self.decoder = decoder
+        self.token_table = token_table
+        self.projection = projection
+        self.tokenizer = tokenizer or Tokenizer()
+        self._cond: dict[str, np.ndarray] = {}
+        self._cond_lock = threading.Lock()
+
+    # -- loading -------------------------------------------------------------
+    @classmethod
+    def load(cls, models: ModelDir, num_threads: int | None = None) -> ClipSeg:
+        """The three graphs and assets of models/clipseg/, each checked against its contract."""
+        from wherein.indexer.models.litert_graph import LiteRTGraph
+
+        d = models.require(CLIPSEG)
+        graphs = []
+        for name in (VISION_FILE, TEXT_FILE, DECODER_FILE):
+            g = LiteRTGraph(d / name, num_threads)
+            g.check(_GRAPH_SPECS[name])  # one-line ModelError naming the file and expected I/O
+            graphs.append(g)
+        return cls.from_parts(*graphs, assets_dir=d)
+
+    @classmethod
+    def from_parts(cls, vision: Graph, text: Graph, decoder: Graph, assets_dir: Path) -> ClipSeg:
+        """Any three graphs with the published contracts plus the bundle's host assets."""
+        assets_dir = Path(assets_dir)
+        table = load_token_table(assets_dir / TOKEN_TABLE)
+        projection = load_projection(assets_dir / PROJECTION)
+        check_vocab(assets_dir / "vocab.json")
+        if not (assets_dir / "merges.txt").is_file():
+            raise ModelError(
+                f"{assets_dir / 'merges.txt'}: CLIP BPE merges not found (run `wherein models pull`)"
+            )
+        return cls(vision, text, decoder, table, projection)
+
+    # -- text ----------------------------------------------------------------
+    def tokenize(self, text: str) -> np.ndarray:
+        return self.tokenizer(text)
+
+    def embed_tokens(self, ids: np.ndarray) -> np.ndarray:
+        """[77] ids -> [1,77,512] float32 rows of the fp16 table (the graph adds positions itself)."""
+        return np.asarray(self.token_table[ids], dtype=np.float32)[None]
+
+    def encode_prompt(self, text: str) -> np.ndarray:
+        """cond [512] float32 for a prompt (cached); not L2-normalised, as the decoder was trained."""
+        with self._cond_lock:
+            hit = self._cond.get(text)
+        if hit is not None:
+            return hit
+        ids = self.tokenize(text)
+        eot = int(np.argmax(ids == CLIPSEG_EOT))  # first EOT: the padding after it does not matter
+        (hidden,) = self.text.run(self.embed_tokens(ids))
+        cond = (np.asarray(hidden, dtype=np.float32)[0, eot] @ self.projection).astype(np.float32)
+        with self._cond_lock:
+            self._cond[text] = cond
+        return cond
+
+    # -- image ---------------------------------------------------------------
+    def image_features(self, img: Image.Image) -> Features:
+        """One vision pass: outputs 0/1/2 are t3/t6/t9 (slot order, never shape)."""
+        x = clipseg_input(img)[None]
+        t3, t6, t9 = self.vision.run(x)
+        return Features(t3, t6, t9)
+
+    def logits(self, features: Features, cond: np.ndarray) -> np.ndarray:
+        """[352,352] decoder logits; inputs bound as args_0..3 = t3, t6, t9, cond."""
+        cond = np.asarray(cond, dtype=np.float32).reshape(1, CLIPSEG_TEXT_WIDTH)
+        (out,) = self.decoder.run(*features.in_slot_order(), cond)
+        return np.asarray(out, dtype=np.float32).reshape(CLIPSEG_IMAGE_SIZE, CLIPSEG_IMAGE_SIZE)
+
+    def decode(self, features: Features, cond: np.ndarray) -> np.ndarray:
+        """[352,352] probabilities: sigmoid of the decoder logits."""
+        return sigmoid(self.logits(features, cond))
+
+    def probabilities(self, img: Image.Image, prompts: Sequence[str]) -> list[np.ndarray]:
+        """One vision pass, one decoder run per prompt."""
+        feats = self.image_features(img)
+        return [self.decode(feats, self.encode_prompt(p)) for p in prompts]
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of a negative magnitude never overflows
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(np.float32)
+
+
+# -- a process-wide cache: loading parses three graphs and maps a 50 MB table -----------------
+_CACHE: dict[tuple[str, int | None], ClipSeg] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def load_cached(models_root: str | Path, num_threads: int | None = None) -> ClipSeg:
+    key = (str(Path(models_root).resolve()), num_threads)
+    with _CACHE_LOCK:
+        model = _CACHE.get(key)
+        if model is None:
+            model = _CACHE[key] = ClipSeg.load(ModelDir(Path(models_root)), num_threads)
+        return model

@@ -1,0 +1,144 @@
+"""Run a LiteRT graph by signature slot (args_N -> output_N), checked against its spec.
+
+Graphs converted by litert-torch name their signature inputs ``args_0..`` and
+outputs ``output_0..``. Several inputs can share one shape (CLIPSeg's t3/t6/t9),
+so tensors are bound by slot number, never by shape. A graph whose signature
+uses other names falls back to tensor index order.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from wherein.schemas.errors import ModelError
+from wherein.schemas.models import GraphSpec, TensorSpec
+
+_SLOT = re.compile(r"^(?:args|output)_(\d+)$")
+
+
+def default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def _slot_order(names: list[str]) -> list[str]:
+    """Names in slot order: args_0, args_1, ... (numeric, not lexical: args_10 > args_2)."""
+    if names and all(_SLOT.match(n) for n in names):
+        return sorted(names, key=lambda n: int(_SLOT.match(n).group(1)))  # type: ignore[union-attr]
+    return list(names)
+
+
+@dataclass(frozen=True)
+class Signature:
+    key: str
+    inputs: list[str]  # slot order
+    outputs: list[str]  # slot order
+    input_shapes: list[tuple[int, ...]]
+    output_shapes: list[tuple[int, ...]]
+
+    @property
+    def batch(self) -> int:
+        return self.input_shapes[0][0] if self.input_shapes and self.input_shapes[0] else 1
+
+
+class LiteRTGraph:
+    """One .tflite file; one interpreter per thread (interpreters are not thread-safe)."""
+
+    def __init__(self, path: str | Path, num_threads: int | None = None) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelError(f"{self.path}: model file not found")
+        self.num_threads = num_threads or default_threads()
+        self._local = threading.local()
+        interp = self._interpreter()  # fail fast on a corrupt file
+        self.signatures = self._read_signatures(interp)
+        if not self.signatures:
+            raise ModelError(f"{self.path}: graph has no signature")
+
+    def _interpreter(self):
+        interp = getattr(self._local, "interp", None)
+        if interp is None:
+            from ai_edge_litert.interpreter import Interpreter
+
+            try:
+                interp = Interpreter(model_path=str(self.path), num_threads=self.num_threads)
+            except (ValueError, RuntimeError) as exc:
+                raise ModelError(f"{self.path}: not a loadable LiteRT model ({exc})") from exc
+            self._local.interp = interp
+            self._local.runners = {}
+        return interp
+
+    def _read_signatures(self, interp) -> dict[str, Signature]:
+        sigs: dict[str, Signature] = {}
+        for key, io in interp.get_signature_list().items():
+            runner = interp.get_signature_runner(key)
+            in_details = runner.get_input_details()
+            out_details = runner.get_output_details()
+            inputs = _slot_order(list(io["inputs"]))
+            outputs = _slot_order(list(io["outputs"]))
+            if not all(_SLOT.match(n) for n in inputs + outputs):
+                # Unknown naming: fall back to the interpreter's tensor index order.
+                inputs = sorted(inputs, key=lambda n: in_details[n]["index"])
+                outputs = sorted(outputs, key=lambda n: out_details[n]["index"])
+            sigs[key] = Signature(
+                key=key,
+                inputs=inputs,
+                outputs=outputs,
+                input_shapes=[tuple(int(d) for d in in_details[n]["shape"]) for n in inputs],
+                output_shapes=[tuple(int(d) for d in out_details[n]["shape"]) for n in outputs],
+            )
+        return sigs
+
+    def check(self, spec: GraphSpec) -> None:
+        """Raise ModelError unless some signature matches the spec's I/O exactly."""
+        want_in = [t.shape for t in spec.inputs]
+        want_out = [t.shape for t in spec.outputs]
+        for sig in self.signatures.values():
+            if sig.input_shapes == want_in and sig.output_shapes == want_out:
+                return
+        got = "; ".join(
+            f"{s.key}: {_fmt(s.input_shapes)} -> {_fmt(s.output_shapes)}"
+            for s in self.signatures.values()
+        )
+        raise ModelError(
+            f"{self.path.name}: expected {_fmt_specs(spec.inputs)} -> {_fmt_specs(spec.outputs)}, got {got}"
+        )
+
+    def signature_for_batch(self, batch: int) -> Signature | None:
+        for sig in self.signatures.values():
+            if sig.batch == batch:
+                return sig
+        return None
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted({s.batch for s in self.signatures.values()})
+
+    def run(self, *inputs: np.ndarray, signature: str | None = None) -> list[np.ndarray]:
+        """Run one signature with inputs in slot order; return outputs in slot order."""
+        sig = self.signatures[signature] if signature else next(iter(self.signatures.values()))
+        if len(inputs) != len(sig.inputs):
+            raise ValueError(f"{self.path.name}: {sig.key} takes {len(sig.inputs)} inputs")
+        self._interpreter()
+        runners = self._local.runners
+        runner = runners.get(sig.key)
+        if runner is None:
+            runner = runners[sig.key] = self._local.interp.get_signature_runner(sig.key)
+        feeds = {
+            name: np.ascontiguousarray(x, dtype=np.float32) for name, x in zip(sig.inputs, inputs)
+        }
+        out = runner(**feeds)
+        return [out[name] for name in sig.outputs]
+
+
+def _fmt(shapes: list[tuple[int, ...]]) -> str:
+    return ", ".join(str(list(s)) for s in shapes)
+
+
+def _fmt_specs(specs: tuple[TensorSpec, ...]) -> str:
+    return ", ".join(str(list(t.shape)) for t in specs)

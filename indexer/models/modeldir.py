@@ -1,0 +1,116 @@
+"""A models directory: layout, which files are real or stand-ins, and downloads.
+
+MODELS/
+  siglip2-image/siglip2_base_224_fp16.tflite   litert-community/SigLIP2-base-patch16-224
+  siglip2-text/open_clip_config.json, open_clip_model.safetensors, tokenizer files
+                                              timm/ViT-B-16-SigLIP2
+  clipseg/clipseg_{text,vision}_fp16.tflite, clipseg_decoder.tflite,
+          token_embedding_f16.bin, text_projection_f16.bin, vocab.json, merges.txt
+                                              litert-community/CLIPSeg-rd64-LiteRT
+  STANDIN.json                                only in stand-in directories
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from wherein.schemas.errors import ModelError
+from wherein.schemas.models import (
+    ALL_MODELS,
+    CLIPSEG,
+    SIGLIP_IMAGE,
+    SIGLIP_TEXT,
+    STANDIN_MARKER,
+    ModelSpec,
+)
+
+REAL_SPACE = "siglip2-vit-b16-webli"
+IMAGE_MANIFEST = "manifest.json"  # written by `wherein models convert`
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    root: Path
+
+    @property
+    def image_dir(self) -> Path:
+        return self.root / SIGLIP_IMAGE.key
+
+    @property
+    def text_dir(self) -> Path:
+        return self.root / SIGLIP_TEXT.key
+
+    @property
+    def clipseg_dir(self) -> Path:
+        return self.root / CLIPSEG.key
+
+    @property
+    def standin_info(self) -> dict | None:
+        marker = self.root / STANDIN_MARKER
+        return json.loads(marker.read_text()) if marker.is_file() else None
+
+    @property
+    def is_standin(self) -> bool:
+        return self.standin_info is not None
+
+    @property
+    def space(self) -> str:
+        """The embedding space: image vectors and text queries must share it."""
+        info = self.standin_info
+        return str(info.get("space", "standin")) if info else REAL_SPACE
+
+    def image_tower_file(self) -> Path:
+        """The image tower graph: a converted tower's manifest wins over the published file."""
+        manifest = self.image_dir / IMAGE_MANIFEST
+        if manifest.is_file():
+            name = json.loads(manifest.read_text()).get("file")
+            if name:
+                return self.image_dir / name
+        published = self.image_dir / SIGLIP_IMAGE.graphs[0].filename
+        if published.is_file():
+            return published
+        candidates = sorted(self.image_dir.glob("*.tflite"))
+        if len(candidates) == 1:
+            return candidates[0]
+        raise ModelError(
+            f"{published}: image tower not found (run `wherein models pull`, or point --models at a models directory)"
+        )
+
+    def require(self, spec: ModelSpec) -> Path:
+        d = self.root / spec.key
+        if not d.is_dir():
+            raise ModelError(
+                f"{d}: {spec.title} not found (run `wherein models pull`, or point --models / WHEREIN_MODELS at a models directory)"
+            )
+        return d
+
+
+def pull(root: Path, keys: list[str] | None = None, revision: str | None = None) -> list[Path]:
+    """Download the real models from the Hugging Face Hub into root (resumable, with progress)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    specs = [m for m in ALL_MODELS if keys is None or m.key in keys]
+    written = []
+    for spec in specs:
+        target = root / spec.key
+        try:
+            snapshot_download(
+                repo_id=spec.hub_repo,
+                allow_patterns=list(spec.hub_files) or None,
+                local_dir=target,
+                revision=revision,
+            )
+        except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelError(
+                f"could not download {spec.hub_repo} into {target}: {first} "
+                "(offline? set HF_ENDPOINT or copy the files into that directory)"
+            ) from exc
+        written.append(target)
+    marker = root / STANDIN_MARKER
+    if marker.exists() and {m.key for m in specs} == {m.key for m in ALL_MODELS}:
+        marker.unlink()  # the directory now holds real models
+    return written

@@ -1,0 +1,264 @@
+"""The SigLIP 2 text tower as a LiteRT graph: a query needs no torch when it is present.
+
+`wherein models convert siglip2-text` writes MODELS/siglip2-text/text_tower.tflite
+(tokens int32 [1,L] -> [1,768] unit vector) and manifest.json (tokenizer recipe,
+logit_scale/logit_bias, parity figures). Tokenization here is torch-free and was
+checked token-for-token against open_clip's tokenizer when the graph was converted:
+
+- "hf": the Hugging Face `tokenizers` library on tokenizer.json (Gemma SentencePiece
+  for the real model), after open_clip's cleaning (clean='canonicalize': ftfy, HTML
+  unescape, punctuation strip, lower case, whitespace collapse);
+- "clip-bpe": open_clip's CLIP BPE (its module imports torch, so the ~40 lines of
+  byte-level BPE are repeated here over the same bundled vocabulary file).
+
+Both then add the manifest's prefix/suffix special ids (e.g. EOS 1) and right-pad
+with 0 to the context length, truncating content as open_clip does.
+"""
+
+from __future__ import annotations
+
+import gzip
+import html
+import json
+import math
+import string
+import threading
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from wherein.indexer.models.modeldir import ModelDir
+from wherein.indexer.models.text_tower import CalibratedScores
+from wherein.indexer.normalize import unit_rows
+from wherein.schemas.errors import ModelError
+
+TEXT_GRAPH = "text_tower.tflite"
+TEXT_MANIFEST = "manifest.json"
+CLIP_BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
+
+
+# -- cleaning (same functions as open_clip/tokenizer.py) -------------------------
+def _basic_clean(text: str) -> str:
+    import ftfy
+
+    return html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+
+
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def _canonicalize(text: str) -> str:
+    text = _basic_clean(text).replace("_", " ").translate(_PUNCT).lower()
+    return " ".join(text.split()).strip()
+
+
+def _lower(text: str) -> str:
+    return " ".join(_basic_clean(text).split()).strip().lower()
+
+
+def _whitespace(text: str) -> str:
+    return " ".join(_basic_clean(text).split()).strip()
+
+
+CLEANERS: dict[str, Callable[[str], str]] = {
+    "canonicalize": _canonicalize,
+    "lower": _lower,
+    "whitespace": _whitespace,
+}
+
+
+# -- tokenizers ------------------------------------------------------------------
+@lru_cache
+def _bytes_to_unicode() -> dict[int, str]:
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, [chr(c) for c in cs], strict=True))
+
+
+class ClipBPE:
+    """open_clip's SimpleTokenizer.encode (content ids only), without torch."""
+
+    def __init__(self, bpe_path: Path) -> None:
+        import regex
+
+        with gzip.open(bpe_path) as f:
+            merges_text = f.read().decode("utf-8").split("\n")
+        merges = [tuple(m.split()) for m in merges_text[1 : 49152 - 256 - 2 + 1]]
+        vocab = list(_bytes_to_unicode().values())
+        vocab = vocab + [v + "</w>" for v in vocab] + ["".join(m) for m in merges]
+        specials = ["<start_of_text>", "<end_of_text>"]
+        vocab.extend(specials)
+        self.encoder = {v: i for i, v in enumerate(vocab)}
+        self.ranks = {m: i for i, m in enumerate(merges)}
+        self.cache: dict[str, str] = {t: t for t in specials}
+        self.byte_encoder = _bytes_to_unicode()
+        self.pat = regex.compile(
+            "|".join(specials) + r"""|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+""",
+            regex.IGNORECASE,
+        )
+
+    def _bpe(self, token: str) -> str:
+        if token in self.cache:
+            return self.cache[token]
+        word = (*token[:-1], token[-1] + "</w>")
+        while len(word) > 1:
+            pairs = {(a, b) for a, b in zip(word[:-1], word[1:], strict=True)}
+            best = min(pairs, key=lambda p: self.ranks.get(p, math.inf))
+            if best not in self.ranks:
+                break
+            merged, i = [], 0
+            while i < len(word):
+                if i < len(word) - 1 and (word[i], word[i + 1]) == best:
+                    merged.append(word[i] + word[i + 1])
+                    i += 2
+                else:
+                    merged.append(word[i])
+                    i += 1
+            word = tuple(merged)
+        out = " ".join(word)
+        self.cache[token] = out
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for token in self.pat.findall(text):
+            token = "".join(self.byte_encoder[b] for b in token.encode("utf-8"))
+            ids.extend(self.encoder[t] for t in self._bpe(token).split(" "))
+        return ids
+
+
+class HFTokens:
+    """tokenizer.json through the `tokenizers` library; special ids come from the manifest."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.tok = Tokenizer.from_file(str(path))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+
+class QueryTokenizer:
+    """clean -> content ids -> prefix + content + suffix, truncated and 0-padded to length."""
+
+    def __init__(self, directory: Path, recipe: dict) -> None:
+        kind = recipe.get("kind")
+        path = directory / str(recipe.get("file", ""))
+        if not path.is_file():
+            raise ModelError(f"{path}: tokenizer file named in the text manifest is missing")
+        if kind == "clip-bpe":
+            self.content: ClipBPE | HFTokens = ClipBPE(path)
+        elif kind == "hf":
+            self.content = HFTokens(path)
+        else:
+            raise ModelError(f"text manifest: unknown tokenizer kind {kind!r}")
+        clean = recipe.get("clean", "whitespace")
+        if clean not in CLEANERS:
+            raise ModelError(f"text manifest: unknown cleaning {clean!r}")
+        self.clean = CLEANERS[clean]
+        self.prefix = [int(i) for i in recipe.get("prefix", [])]
+        self.suffix = [int(i) for i in recipe.get("suffix", [])]
+        self.length = int(recipe["context_length"])
+        self.pad = int(recipe.get("pad_id", 0))
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        room = self.length - len(self.prefix) - len(self.suffix)
+        out = np.full((len(texts), self.length), self.pad, dtype=np.int64)
+        for i, text in enumerate(texts):
+            ids = self.prefix + self.content.encode(self.clean(text))[:room] + self.suffix
+            out[i, : len(ids)] = ids
+        return out
+
+
+# -- the tower -------------------------------------------------------------------
+def read_text_manifest(directory: Path) -> dict:
+    path = directory / TEXT_MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: cannot read the text tower manifest ({exc})") from exc
+    for key in ("file", "tokenizer", "logit_scale", "logit_bias"):
+        if key not in manifest:
+            raise ModelError(f"{path}: manifest has no {key!r}")
+    return manifest
+
+
+class LiteRTTextTower(CalibratedScores):
+    """Same interface as search.text_tower.TextTower, on LiteRT: no torch at query time."""
+
+    def __init__(self, directory: Path, space: str, num_threads: int | None = None) -> None:
+        from ai_edge_litert.interpreter import Interpreter
+
+        from wherein.indexer.models.litert_graph import default_threads
+
+        self.manifest = read_text_manifest(directory)
+        path = directory / self.manifest["file"]
+        if not path.is_file():
+            raise ModelError(f"{path}: text tower graph not found")
+        try:
+            self._interp = Interpreter(
+                model_path=str(path), num_threads=num_threads or min(2, default_threads())
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise ModelError(f"{path}: not a loadable LiteRT model ({exc})") from exc
+        sigs = self._interp.get_signature_list()
+        key = "serving_default" if "serving_default" in sigs else next(iter(sigs))
+        self._runner = self._interp.get_signature_runner(key)
+        ((self._in_name, in_detail),) = self._runner.get_input_details().items()
+        ((self._out_name, out_detail),) = self._runner.get_output_details().items()
+        self._in_dtype = in_detail["dtype"]
+        self.tokenizer = QueryTokenizer(directory, self.manifest["tokenizer"])
+        if tuple(in_detail["shape"]) != (1, self.tokenizer.length):
+            raise ModelError(
+                f"{path}: input is {list(in_detail['shape'])}, expected [1,{self.tokenizer.length}]"
+            )
+        self.path = path
+        self.space = space
+        self.dim = int(out_detail["shape"][-1])
+        self.logit_scale = float(self.manifest["logit_scale"])
+        self.logit_bias = float(self.manifest["logit_bias"])
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_models(cls, models: ModelDir) -> LiteRTTextTower:
+        return cls(models.text_dir, models.space)
+
+    def encode_tokens(self, tokens: np.ndarray) -> np.ndarray:
+        out = np.empty((len(tokens), self.dim), dtype=np.float32)
+        with self._lock:  # one interpreter: not thread-safe
+            for i, row in enumerate(tokens):
+                feed = np.ascontiguousarray(row[None, :], dtype=self._in_dtype)
+                out[i] = self._runner(**{self._in_name: feed})[self._out_name][0]
+        return unit_rows(out)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """[n, dim] L2-normalised, in the image tower's space."""
+        return self.encode_tokens(self.tokenizer(list(texts)))
+
+
+def has_litert_text(models_root: str | Path) -> bool:
+    d = ModelDir(Path(models_root)).text_dir
+    return (d / TEXT_GRAPH).is_file() and (d / TEXT_MANIFEST).is_file()
+
+
+@lru_cache(maxsize=4)
+def load_query_encoder(models_root: str):
+    """The LiteRT text tower when converted (no torch import), else open_clip's TextTower."""
+    if has_litert_text(models_root):
+        return LiteRTTextTower.from_models(ModelDir(Path(models_root)))
+    from wherein.indexer.models.text_tower import load_text_tower
+
+    return load_text_tower(models_root)

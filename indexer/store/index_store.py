@@ -1,0 +1,173 @@
+"""An index directory: the SQLite catalog, the FAISS vectors, and the writer lock.
+
+INDEX/
+  catalog.db (+ -wal, -shm)   source of truth (catalog.py)
+  vectors.faiss, vectors.json derived vectors, replaced atomically (vectors.py)
+  index.lock                  held by the one process that writes
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from wherein.indexer.normalize import unit_rows
+from wherein.indexer.store.catalog import Catalog
+from wherein.indexer.store.vectors import FAISS_FILE, SIDECAR_FILE, VectorIndex, index_ids
+from wherein.schemas.errors import IndexError_, IndexLocked
+
+CATALOG_FILE = "catalog.db"
+LOCK_FILE = "index.lock"
+
+
+@dataclass
+class CheckReport:
+    ok: bool = True
+    problems: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+
+    def fail(self, msg: str) -> None:
+        self.ok = False
+        self.problems.append(msg)
+
+
+class IndexStore:
+    """Open with ``IndexStore.open(dir, write=...)``; use as a context manager."""
+
+    def __init__(self, directory: Path, catalog: Catalog, lock_fd: int | None) -> None:
+        self.dir = directory
+        self.catalog = catalog
+        self.vectors = VectorIndex(directory)
+        self._lock_fd = lock_fd
+        self.sync_note = ""
+
+    @property
+    def writable(self) -> bool:
+        return self._lock_fd is not None
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        write: bool = False,
+        create: bool = False,
+        load_vectors: bool = True,
+    ) -> IndexStore:
+        d = Path(directory)
+        db = d / CATALOG_FILE
+        if not db.is_file():
+            if not create:
+                raise IndexError_(
+                    f"{d}: no wherein index here (run `wherein index PATH --index {d}` first)"
+                )
+            d.mkdir(parents=True, exist_ok=True)
+        lock_fd = None
+        if write:
+            lock_fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(lock_fd)
+                raise IndexLocked(d, _lock_holder(d / LOCK_FILE)) from None
+            # Record who holds the lock, for the message a second writer gets.
+            os.ftruncate(lock_fd, 0)
+            os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            catalog = Catalog(db, readonly=not write and db.is_file() and not os.access(d, os.W_OK))
+        except Exception as exc:
+            if lock_fd is not None:
+                os.close(lock_fd)
+            raise IndexError_(f"{db}: cannot open catalog ({exc})") from exc
+        store = cls(d, catalog, lock_fd)
+        if load_vectors:
+            store.vectors.load()
+        return store
+
+    def ensure_vectors(self, persist: bool | None = None) -> str:
+        """Make the FAISS index match the catalog (after a crash it may lag); return what was done."""
+        note = self.vectors.sync(self.catalog)
+        if note:
+            self.sync_note = note
+            if persist if persist is not None else self.writable:
+                self.vectors.save()
+        return note
+
+    def close(self) -> None:
+        self.catalog.close()
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> IndexStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- inspection -------------------------------------------------------
+    def disk_usage(self) -> dict[str, int]:
+        sizes = {}
+        for name in (CATALOG_FILE, CATALOG_FILE + "-wal", FAISS_FILE, SIDECAR_FILE):
+            p = self.dir / name
+            if p.exists():
+                sizes[name] = p.stat().st_size
+        return sizes
+
+    def check(self) -> CheckReport:
+        """Catalog and FAISS agree: same ids, same dimension, same vectors, same model."""
+        rep = CheckReport()
+        cat = self.catalog
+        integrity = cat.conn.execute("PRAGMA integrity_check").fetchone()[0]
+        if integrity != "ok":
+            rep.fail(f"catalog integrity: {integrity}")
+            return rep
+        orphans = cat.conn.execute(
+            "SELECT count(*) FROM embeddings e LEFT JOIN images i ON i.id = e.image_id WHERE i.id IS NULL"
+        ).fetchone()[0]
+        if orphans:
+            rep.fail(f"{orphans} embeddings without a catalog row")
+        dim = int(cat.get_meta("dim", 0) or 0)
+        bad_dim = cat.conn.execute(
+            "SELECT count(*) FROM embeddings WHERE length(vector) != ?", (dim * 4,)
+        ).fetchone()[0]
+        if cat.count_embedded() and bad_dim:
+            rep.fail(f"{bad_dim} embeddings are not {dim}-dimensional")
+        note = self.ensure_vectors()
+        if note:
+            rep.repaired.append(f"vectors were behind the catalog; {note}")
+        # Re-read what is on disk, not what is in memory.
+        on_disk = VectorIndex(self.dir)
+        if cat.count_embedded() and not on_disk.load():
+            rep.fail(f"{self.dir / FAISS_FILE}: missing or unreadable")
+            return rep
+        if on_disk.index is None:
+            return rep
+        have = np.sort(index_ids(on_disk.index))
+        want = cat.embedded_ids()
+        if not np.array_equal(have, want):
+            extra = len(np.setdiff1d(have, want))
+            missing = len(np.setdiff1d(want, have))
+            rep.fail(f"FAISS ids differ from catalog: {extra} extra, {missing} missing")
+        if on_disk.model_id != cat.get_meta("model_id"):
+            rep.fail("FAISS vectors come from another model than the catalog")
+        if on_disk.dim != dim and want.size:
+            rep.fail(f"FAISS dimension {on_disk.dim} != catalog dimension {dim}")
+        if want.size and rep.ok and on_disk.choice and on_disk.choice.kind == "flat":
+            sample = want[:: max(1, len(want) // 64)]
+            ids, vecs = cat.vectors_for(sample)
+            from_faiss = np.stack([on_disk.index.reconstruct(int(i)) for i in ids])
+            if not np.allclose(from_faiss, unit_rows(vecs), atol=1e-5):
+                rep.fail("FAISS vectors differ from the catalog's embeddings")
+        return rep
+
+
+def _lock_holder(lock_file: Path) -> int | None:
+    try:
+        return int(lock_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None

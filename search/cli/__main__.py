@@ -1,0 +1,5 @@
+"""python -m wherein.search.cli"""
+
+from wherein.search.cli import cli
+
+cli()

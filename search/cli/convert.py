@@ -1,0 +1,131 @@
+"""`wherein models convert` and `wherein models verify` (the [convert] extra does the work)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from wherein.search.cli.common import echo_json, friendly_errors, json_option, models_option, table
+
+
+def _batches(_ctx, _param, value: str) -> list[int]:
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter("comma-separated integers, e.g. 1,8") from None
+
+
+@click.command("convert")
+@click.argument("tower", type=click.Choice(["siglip2", "siglip2-text"]))
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Models directory to write into (graph + manifest.json go to its siglip2-image/ "
+    "or siglip2-text/ folder; the manifest makes wherein use the new graph).",
+)
+@click.option(
+    "--batch",
+    "batches",
+    default="1,8",
+    show_default=True,
+    callback=_batches,
+    help="Batch sizes, one signature each (batch 1 is always included).",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "fp16", "int8"]),
+    default="fp32",
+    show_default=True,
+    help="fp16: fp16 weights; int8: dynamic-range int8 (image tower only).",
+)
+@click.option(
+    "--source",
+    default=None,
+    help="Weights: hf-hub:timm/ViT-B-16-SigLIP2 (default for siglip2), local-dir:DIR, or "
+    "standin. siglip2-text defaults to local-dir:MODELS/siglip2-text.",
+)
+@click.option("--random-weights", is_flag=True, help="Random weights (tests and benchmarks only).")
+@click.option(
+    "--config",
+    type=click.Choice(["full", "small"]),
+    default="full",
+    show_default=True,
+    help="With --random-weights: full ViT-B/16, or a tiny test tower.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="With --random-weights.")
+@models_option
+@json_option
+@friendly_errors
+def convert(
+    tower, out, batches, precision, source, random_weights, config, seed, models_dir, as_json
+):
+    """Convert a SigLIP 2 tower to LiteRT and prove it equal to PyTorch."""
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.convert import build as C
+    from wherein.indexer.models.convert.towers import parse_source
+    from wherein.schemas.models import SIGLIP_TEXT
+
+    log = (lambda s: click.echo(s, err=True)) if as_json else click.echo
+    if tower == "siglip2":
+        src = parse_source(source, random_weights, config, seed)
+        manifest = C.convert_image_tower(src, out, batches, precision, log=log)
+    else:
+        if random_weights:
+            raise click.UsageError("the text tower converts from real weights (see --source)")
+        if precision == "int8":
+            raise click.UsageError("the text tower converts at fp32 or fp16")
+        if source is None:
+            source = f"local-dir:{P.models_dir(models_dir) / SIGLIP_TEXT.key}"
+        manifest = C.convert_text_tower(parse_source(source), out, precision, log=log)
+    if as_json:
+        echo_json(manifest)
+
+
+@click.command("verify")
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--images",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Compare on these images instead of random ones.",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(2, 1024),
+    default=32,
+    show_default=True,
+    help="How many inputs to compare.",
+)
+@models_option
+@json_option
+@friendly_errors
+def verify(directory, images, count, models_dir, as_json):
+    """Run each LiteRT graph beside its PyTorch reference; exit 1 below the pass marks."""
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.convert.verify import COLUMNS, thresholds_text, verify_models
+
+    root = directory or P.models_dir(models_dir)
+    rows, ok = verify_models(root, images, count, log=lambda s: click.echo(s, err=True))
+    if as_json:
+        echo_json({"models": str(root), "ok": ok, "thresholds": thresholds_text(), "graphs": rows})
+    else:
+        click.echo(table([_readable(r) for r in rows], COLUMNS))
+        click.echo(f"pass marks: {thresholds_text()}")
+        click.echo("verify     " + ("ok" if ok else "FAILED"))
+    if not ok:
+        sys.exit(1)
+
+
+def _readable(row: dict) -> dict:
+    """Six decimals for the correlation: the pass mark is 0.9999."""
+    fmt = {"pearson": "{:.6f}", "max_abs_diff": "{:.2e}", "top10": "{:.3f}"}
+    return {k: (fmt[k].format(v) if k in fmt and v is not None else v) for k, v in row.items()}
+
+
+def register(cli: click.Group) -> None:
+    cli.commands["models"].add_command(convert)
+    cli.commands["models"].add_command(verify)

@@ -1,0 +1,424 @@
+"""`wherein select | label | dupes | unique`: dataset curation commands (library: wherein.search.curate)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from wherein.search.cli.common import friendly_errors, index_option, json_option, models_option
+from wherein.search.curate.export import EXPORT_FORMATS  # light: no numpy/faiss/torch
+
+
+def register(cli: click.Group) -> None:
+    for command in (select, label, dupes, unique):
+        cli.add_command(command)
+
+
+def output_options(f: Callable) -> Callable:
+    """The same output switches as `wherein search`, plus --export/--format."""
+    for opt in reversed(
+        [
+            json_option,
+            click.option("--nl", "fmt", flag_value="nl", help="One JSON object per line."),
+            click.option("--csv", "fmt", flag_value="csv", help="CSV with a header row."),
+            click.option(
+                "--paths", "fmt", flag_value="paths", help="Only the paths, one per line."
+            ),
+            click.option(
+                "--paths0",
+                "fmt",
+                flag_value="paths0",
+                help="Only the paths, NUL-terminated (xargs -0).",
+            ),
+            click.option(
+                "--export",
+                "export_path",
+                type=click.Path(dir_okay=False, path_type=Path),
+                default=None,
+                help="Also write the rows to FILE (.csv, .jsonl or .parquet).",
+            ),
+            click.option(
+                "--format",
+                "export_fmt",
+                type=click.Choice(EXPORT_FORMATS),
+                default=None,
+                help="Export format [default: from the FILE extension].",
+            ),
+            index_option,
+        ]
+    ):
+        f = opt(f)
+
+    @functools.wraps(f)
+    @friendly_errors
+    def checked(*args, **kwargs):
+        # A bad export path or a missing pyarrow should fail now, not after the work.
+        if kwargs.get("export_path") is not None:
+            from wherein.search.curate.export import check_export
+
+            check_export(kwargs["export_path"], kwargs.get("export_fmt"))
+        elif kwargs.get("export_fmt"):
+            raise click.UsageError("--format only applies with --export FILE")
+        return f(*args, **kwargs)
+
+    return checked
+
+
+def _emit(
+    hits, as_json: bool, fmt: str | None, export_path, export_fmt, table: Callable[[list], str]
+) -> str:
+    """Export (when asked), then print in the chosen format; returns the format used."""
+    from wherein.search import output
+    from wherein.search.curate.export import write_export
+
+    fmt = "json" if as_json else (fmt or "table")
+    if export_path:
+        write_export(hits, export_path, export_fmt)
+        click.echo(f"exported {len(hits)} row(s) to {export_path}", err=True)
+    if fmt == "table":
+        text = table(hits)
+        sys.stdout.write(text + ("\n" if text else ""))
+    else:
+        sys.stdout.write(output.render(hits, fmt))
+    return fmt
+
+
+def _standin_note(searcher_or_models, fmt_is_table: bool) -> None:
+    models = getattr(searcher_or_models, "models", searcher_or_models)
+    if fmt_is_table and models.is_standin:
+        click.secho(
+            f"Using STAND-IN models from {models.root} (they only know colours).",
+            fg="yellow",
+            err=True,
+        )
+
+
+def _pixels(h) -> str:
+    return f"{h.width}x{h.height}" if h.width and h.height else ""
+
+
+def _path(h) -> str:
+    return h.path + ("" if h.exists else "  [missing]")
+
+
+# -- select ---------------------------------------------------------------------------------
+@click.command()
+@click.argument("query", nargs=-1, required=True)
+@click.option(
+    "--min-probability",
+    "-p",
+    required=True,
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Every image whose calibrated probability is at least P.",
+)
+@click.option(
+    "--max",
+    "limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At most N images (the most likely).",
+)
+@click.option(
+    "--under",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Only images below this folder (repeatable).",
+)
+@click.option(
+    "--glob",
+    "glob",
+    multiple=True,
+    metavar="PATTERN",
+    help="Only paths matching PATTERN (as in search).",
+)
+@click.option(
+    "--raw", is_flag=True, help="Encode the text as typed, without 'This is a photo of {}.'."
+)
+@click.option(
+    "--copy-to",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Copy the selected files into DIR (never overwrites: any existing target stops everything).",
+)
+@click.option(
+    "--link-to",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Symlink the selected files into DIR (same rules as --copy-to).",
+)
+@click.option(
+    "--flat",
+    is_flag=True,
+    help="Put every file directly in DIR (name clashes get -ID appended) instead of keeping "
+    "their folders below the common root.",
+)
+@click.option(
+    "--mask", is_flag=True, help="Also segment where the match is in each image (CLIPSeg)."
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder for masks and overlays [default: ./wherein-masks].",
+)
+@output_options
+@models_option
+@friendly_errors
+def select(
+    query,
+    min_probability,
+    limit,
+    under,
+    glob,
+    raw,
+    copy_to,
+    link_to,
+    flat,
+    mask,
+    out_dir,
+    as_json,
+    fmt,
+    export_path,
+    export_fmt,
+    index_dir,
+    models_dir,
+):
+    """Every image matching QUERY above a calibrated probability; export, copy or link them.
+
+    \b
+      wherein select red car -p 0.5 --export cars.csv
+      wherein select "a cat" -p 0.3 --max 500 --copy-to ~/datasets/cats
+      wherein select dog -p 0.5 --link-to ./dogs --flat --nl
+      wherein select "a red car" -p 0.5 --mask --out masks/ --export cars.parquet
+    """
+    from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
+    from wherein.search import output
+    from wherein.search.api import Query, add_masks, open_index
+    from wherein.search.curate import select as S
+
+    if copy_to and link_to:
+        raise click.UsageError("use --copy-to or --link-to, not both")
+    if flat and not (copy_to or link_to):
+        raise click.UsageError("--flat only applies with --copy-to or --link-to")
+    if out_dir and not mask:
+        raise click.UsageError("--out only applies with --mask")
+    q = Query.build(list(query))
+    q.validate()
+    if not q.has_text:
+        raise click.UsageError("select needs a text term (the probability is calibrated for text)")
+    table = (fmt or "table") == "table" and not as_json
+    with open_index(
+        index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
+    ) as searcher:
+        _standin_note(searcher, table)
+        hits = S.select(searcher, q, min_probability, limit, under=list(under), glob=list(glob))
+        models_root = searcher.models.root
+    dest = copy_to or link_to
+    placements = (
+        S.plan(hits, dest, "flat" if flat else "tree") if dest else []
+    )  # checked before any work
+    if mask:
+        prompt = next(t.value for t in q.text_terms if t.weight > 0)
+        hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root)
+    _emit(hits, as_json, fmt, export_path, export_fmt, output.to_table)
+    if dest:
+        made = S.materialise(placements, "link" if link_to else "copy")
+        click.echo(f"{'linked' if link_to else 'copied'} {len(made)} file(s) into {dest}", err=True)
+    if not hits:
+        click.echo(f"no image reaches probability {min_probability}", err=True)
+
+
+# -- label ----------------------------------------------------------------------------------
+@click.command()
+@click.option(
+    "--labels",
+    "-l",
+    "labels",
+    required=True,
+    multiple=True,
+    help="Comma-separated labels, e.g. 'cat,dog,car' (repeatable).",
+)
+@click.option(
+    "--template",
+    default=None,
+    help="Prompt for each label, {} = the label [default: 'This is a photo of {}.'].",
+)
+@click.option("--raw", is_flag=True, help="Use each label as typed (the same as --template '{}').")
+@click.option(
+    "--no-store", is_flag=True, help="Do not write the probabilities to the catalog's labels table."
+)
+@output_options
+@models_option
+@friendly_errors
+def label(
+    labels, template, raw, no_store, as_json, fmt, export_path, export_fmt, index_dir, models_dir
+):
+    """Zero-shot labels: each image's probability for each label, stored in the catalog.
+
+    SigLIP's probabilities are independent per label (a sigmoid, not a softmax):
+    they need not sum to 1. The table shows the most likely label per image.
+
+    \b
+      wherein label --labels "cat,dog,car"
+      wherein label -l "indoor,outdoor" --template "a photo taken {}" --export io.parquet
+    """
+    from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
+    from wherein.search.api import open_index
+    from wherein.search.curate import labels as L
+
+    if raw and template:
+        raise click.UsageError("use --raw or --template, not both")
+    names = L.parse_labels(labels)
+    tmpl = L.check_template(L.RAW_TEMPLATE if raw else (template or SIGLIP_PROMPT_TEMPLATE))
+    table = (fmt or "table") == "table" and not as_json
+    with open_index(index_dir, models_dir) as searcher:
+        _standin_note(searcher, table)
+        run = L.compute_labels(searcher, names, tmpl)
+        stored = 0 if no_store else L.store_labels(searcher.store.catalog, run)
+        hits = L.label_hits(searcher.store.catalog, run)
+
+    def render_table(hs) -> str:
+        from wherein.search.cli.common import table as tbl
+
+        # A label may be called "path" or "best": its column must not replace ours.
+        cols = {n: (n if n not in ("rank", "best", "path") else f"{n}*") for n in names}
+        rows = [
+            {
+                "rank": h.rank,
+                "best": h.extra["label"],
+                "path": _path(h),
+                **{cols[n]: p for n, p in h.extra["labels"].items()},
+            }
+            for h in hs
+        ]
+        return tbl(rows, ["rank", "best", *cols.values(), "path"])
+
+    _emit(hits, as_json, fmt, export_path, export_fmt, render_table)
+    if not no_store:
+        click.echo(
+            f"stored {stored} probabilities ({len(names)} label(s) x {len(run.ids)} image(s)) "
+            f"in the catalog's labels table",
+            err=True,
+        )
+
+
+# -- dupes ----------------------------------------------------------------------------------
+@click.command()
+@click.option(
+    "--threshold",
+    "-t",
+    type=click.FloatRange(-1, 1),
+    default=None,
+    help="Cosine at or above which two images are near-duplicates "
+    "[default: 0.95; 0.998 for the stand-in models].",
+)
+@click.option("--exact", is_flag=True, help="Only byte-identical files (same SHA-256).")
+@click.option(
+    "--redundant", is_flag=True, help="List only the files that are not their group's keeper."
+)
+@output_options
+@friendly_errors
+def dupes(threshold, exact, redundant, as_json, fmt, export_path, export_fmt, index_dir):
+    """Groups of duplicate and near-duplicate images, with a suggested keeper.
+
+    Keeper: largest resolution, then largest file, then the oldest file.
+
+    \b
+      wherein dupes
+      wherein dupes --threshold 0.97 --export dupes.csv
+      wherein dupes --redundant --paths0 | xargs -0 gio trash
+    """
+    from wherein.indexer import paths as P
+    from wherein.indexer.store.index_store import IndexStore
+    from wherein.search.cli.common import human_bytes
+    from wherein.search.cli.common import table as tbl
+    from wherein.search.curate.dupes import find_duplicates
+
+    if exact and threshold is not None:
+        raise click.UsageError("--threshold does not apply with --exact")
+    with IndexStore.open(P.index_dir(index_dir)) as store:
+        report = find_duplicates(store, threshold, exact_only=exact)
+    hits = [h for h in report.hits if not (redundant and h.extra["keeper"])]
+
+    def render_table(hs) -> str:
+        rows = [
+            {
+                "group": h.extra["group"],
+                "size": h.extra["group_size"],
+                "keep": "KEEP" if h.extra["keeper"] else "",
+                "match": h.extra["match"],
+                "cosine": h.score,
+                "pixels": _pixels(h),
+                "bytes": h.size,
+                "path": _path(h),
+            }
+            for h in hs
+        ]
+        return tbl(rows, ["group", "size", "keep", "match", "cosine", "pixels", "bytes", "path"])
+
+    out_fmt = _emit(hits, as_json, fmt, export_path, export_fmt, render_table)
+    if out_fmt == "table":
+        how = "exact copies" if report.threshold is None else f"cosine >= {report.threshold:g}"
+        click.echo(
+            f"{report.groups} group(s) ({how}); {report.redundant} redundant file(s), "
+            f"{human_bytes(report.redundant_bytes)}",
+            err=True,
+        )
+
+
+# -- unique ---------------------------------------------------------------------------------
+@click.command()
+@click.option(
+    "--k",
+    "k",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Neighbours to average over.",
+)
+@click.option(
+    "--top",
+    "top",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Show the N most unique images.",
+)
+@click.option(
+    "--all", "show_all", is_flag=True, help="Every image, most unique first (for exports)."
+)
+@output_options
+@friendly_errors
+def unique(k, top, show_all, as_json, fmt, export_path, export_fmt, index_dir):
+    """The oddest images: mean cosine distance to their k nearest neighbours, highest first.
+
+    \b
+      wherein unique --k 10 --top 20
+      wherein unique --all --export uniqueness.csv
+    """
+    from wherein.indexer import paths as P
+    from wherein.indexer.store.index_store import IndexStore
+    from wherein.search.cli.common import table as tbl
+    from wherein.search.curate.unique import unique_hits
+
+    with IndexStore.open(P.index_dir(index_dir)) as store:
+        hits = unique_hits(store, k, None if show_all else top)
+
+    def render_table(hs) -> str:
+        rows = [
+            {
+                "rank": h.rank,
+                "uniqueness": h.extra["uniqueness"],
+                "pixels": _pixels(h),
+                "path": _path(h),
+            }
+            for h in hs
+        ]
+        return tbl(rows, ["rank", "uniqueness", "pixels", "path"])
+
+    _emit(hits, as_json, fmt, export_path, export_fmt, render_table)

@@ -1,0 +1,80 @@
+"""`wherein demo`: a sample collection, models (real if present, else stand-ins, said plainly), index, search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from wherein.search.cli.common import friendly_errors, models_option
+
+
+def register(cli: click.Group) -> None:
+    @cli.command()
+    @click.option(
+        "--dir",
+        "workdir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("demo"),
+        show_default=True,
+        help="Where the sample photos, index and outputs go.",
+    )
+    @click.option("--query", default="a red circle", show_default=True)
+    @models_option
+    @click.pass_context
+    @friendly_errors
+    def demo(ctx, workdir: Path, query: str, models_dir):
+        """Index a sample collection and search it (stand-in models when no real ones are present)."""
+        from wherein.indexer import paths as P
+        from wherein.indexer.models.modeldir import ModelDir
+        from wherein.indexer.samples import write_sample
+
+        models = ModelDir(P.models_dir(models_dir))
+        if not models.image_dir.is_dir() or models.is_standin:
+            from wherein.indexer.models.standins import build_standin_models
+
+            standin = workdir / "standin-models"
+            click.secho(
+                f"No real models in {models.root}: using tiny STAND-IN models (they only know colours), "
+                f"built into {standin}.\nFor real SigLIP 2 + CLIPSeg run `wherein models pull` (about 1 GB).",
+                fg="yellow",
+            )
+            models = ModelDir(build_standin_models(standin))
+        else:
+            click.echo(f"Using the real models in {models.root}.")
+        photos = workdir / "photos"
+        write_sample(photos)
+        index_dir = workdir / "index"
+        click.echo(f"\n$ wherein index {photos} --index {index_dir}")
+        ctx.invoke(
+            cli.commands["index"],
+            paths=(photos,),
+            index_dir=index_dir,
+            models_dir=models.root,
+            hidden=False,
+            retry_skipped=False,
+            workers=None,
+            threads=None,
+            no_draft=False,
+            quiet=True,
+            as_json=False,
+        )
+        click.echo(f"\n$ wherein status --check --index {index_dir}")
+        ctx.invoke(cli.commands["status"], index_dir=index_dir, check=True, as_json=False)
+        if "search" in cli.commands:
+            out = workdir / "out"
+            args = [query, "--index", str(index_dir), "--models", str(models.root), "-k", "3"]
+            try:
+                import wherein.search.localize.masking  # noqa: F401
+
+                args += ["--mask", "--out", str(out)]
+            except ImportError:
+                pass
+            click.echo("\n$ wherein search " + " ".join(f'"{a}"' if " " in a else a for a in args))
+            cli.commands["search"].main(args, standalone_mode=False)
+            if "--mask" in args:
+                click.echo(f"\nMasks and overlays: {out}")
+        click.echo(
+            f"\nNext: export WHEREIN_INDEX={index_dir.resolve()} WHEREIN_MODELS={models.root.resolve()}, then try "
+            '`wherein search "blue"` or `wherein index ~/Pictures`.'
+        )

@@ -1,0 +1,176 @@
+"""`wherein embed` and `wherein build-index`: the scale-out path (indexer/scale/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from wherein.search.cli.common import echo_json, friendly_errors, json_option, models_option
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(embed)
+    cli.add_command(build_index)
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the parquet shards and manifest.json (re-run to resume).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: one process; ray: Ray Data (local mode, or the cluster at --ray-address).",
+)
+@click.option(
+    "--ray-address", default=None, help="Ray cluster to join, e.g. ray://head:10001 or auto."
+)
+@click.option(
+    "--shard-size",
+    type=click.IntRange(1),
+    default=None,
+    help="Images per shard [10000; fixed by the first run].",
+)
+@click.option(
+    "--actors",
+    type=click.IntRange(1),
+    default=None,
+    help="Ray: towers in the actor pool [CPUs / 2].",
+)
+@click.option(
+    "--actor-cpus", type=click.FloatRange(0.05), default=None, help="Ray: CPUs per actor [1]."
+)
+@click.option("--workers", type=click.IntRange(1, 64), default=None, help="Local: decode threads.")
+@click.option("--threads", type=click.IntRange(1, 64), default=None, help="Local: model threads.")
+@click.option(
+    "--no-draft", is_flag=True, help="Decode JPEGs at full size (as `wherein index --no-draft`)."
+)
+@models_option
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@json_option
+@friendly_errors
+def embed(
+    sources,
+    out,
+    engine,
+    ray_address,
+    shard_size,
+    actors,
+    actor_cpus,
+    workers,
+    threads,
+    no_draft,
+    models_dir,
+    quiet,
+    as_json,
+):
+    """Embed images from SOURCES into parquet shards: folders, .txt/.parquet lists of paths
+    or URIs, and uncompressed webdataset .tar shards."""
+    from tqdm import tqdm
+
+    from wherein.indexer import paths as P
+    from wherein.indexer.scale.embed import embed as run_embed
+
+    bar = tqdm(total=0, unit="img", disable=quiet or as_json, dynamic_ncols=True, file=sys.stderr)
+    try:
+        stats = run_embed(
+            list(sources),
+            out,
+            P.models_dir(models_dir),
+            engine=engine,
+            ray_address=ray_address,
+            shard_size=shard_size,
+            workers=workers,
+            actors=actors,
+            actor_cpus=actor_cpus,
+            threads=threads,
+            draft=not no_draft,
+            progress=bar.update,
+            on_total=lambda n: bar.reset(total=n),
+        )
+    except ModuleNotFoundError as exc:
+        if exc.name in ("ray", "pyarrow"):
+            raise click.ClickException(
+                f"{exc.name} is not installed: pip install 'wherein[scale]'"
+            ) from None
+        raise
+    finally:
+        bar.close()
+    result = {
+        "out": stats.out,
+        "engine": stats.engine,
+        "items": stats.items,
+        "shards": stats.shards,
+        "shards_done_before": stats.done_before,
+        "shards_written": stats.written,
+        "embedded": stats.embedded,
+        "failed": stats.failed,
+        "complete": stats.complete,
+        "seconds": round(stats.seconds, 2),
+        "images_per_second": round(stats.images_per_second, 2),
+        "interrupted": stats.interrupted,
+        "problems": [{"path": p.path, "reason": p.reason} for p in stats.problems],
+    }
+    if as_json:
+        echo_json(result)
+    else:
+        click.echo(
+            f"{stats.items} items in {stats.shards} shards: {stats.written} written now, "
+            f"{stats.done_before} done before; {stats.embedded} embedded, {stats.failed} failed "
+            f"({stats.images_per_second:.1f} images/s)"
+        )
+        for p in stats.problems:
+            click.echo(f"  could not read {p.path}: {p.reason}", err=True)
+        if stats.failed:
+            click.echo(f"  failed items and reasons: {stats.out}/shards/*.errors.parquet")
+        if stats.complete:
+            click.echo(f"next: wherein build-index {stats.out} --index INDEX")
+    if stats.interrupted:
+        click.echo("interrupted: completed shards are kept; run again to resume", err=True)
+        sys.exit(130)
+
+
+@click.command("build-index")
+@click.argument("embed_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--index",
+    "index_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="New index directory to write (open it with `wherein search --index`).",
+)
+@click.option(
+    "--max-memory", default=None, help="Memory budget for the vectors, e.g. 4G, 512M [no limit]."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+@json_option
+@friendly_errors
+def build_index(embed_dir, index_dir, max_memory, quiet, as_json):
+    """Build a wherein index (catalog + FAISS) from the shards `wherein embed` wrote."""
+    from wherein.indexer.scale.build_index import build_index as run_build
+    from wherein.indexer.scale.build_index import parse_bytes
+
+    try:
+        budget = parse_bytes(max_memory) if max_memory else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-memory") from None
+    say = None if quiet or as_json else (lambda m: click.echo(m, err=True))
+    stats = run_build(embed_dir, index_dir, budget, progress=say)
+    result = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in vars(stats).items()}
+    if as_json:
+        echo_json(result)
+    else:
+        click.echo(
+            f"{stats.vectors} vectors from {stats.shards} shards -> {stats.index} "
+            f"[{stats.kind}: {stats.factory}, nprobe {stats.nprobe}] in {stats.seconds:.1f}s; "
+            f"{stats.skipped} failed items recorded as skipped"
+        )
