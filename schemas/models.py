@@ -1,4 +1,4 @@
-"""The host-side contract of each model wherein runs (see README, "Models").
+"""The host-side contract of each model wherein runs (explained in docs/models.md).
 
 Every loader checks a file against these specs at load time, so a wrong or
 truncated download fails with one line naming the file and what was expected.

@@ -1,4 +1,4 @@
-"""CLIPSeg rd64 as three LiteRT graphs plus host assets (see MODELS.md, section 3).
+"""CLIPSeg rd64 as three LiteRT graphs plus host assets (contract: docs/models.md, section 3).
 
     prompt -> CLIP BPE ids [77] -> rows of token_embedding_f16.bin [1,77,512]
            -> text graph -> hidden [1,77,512] -> hidden[0, eot] @ W -> cond [512]
