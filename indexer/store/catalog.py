@@ -10,6 +10,7 @@ is brought back in line from here, never the other way round.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -60,11 +61,30 @@ def blob_to_vector(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype="<f4")
 
 
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection, also in a read-only folder (a read-only mount, a DVD).
+
+    A WAL database needs its -shm file, which a read-only folder cannot get; when
+    the write-ahead log is empty (every commit checkpointed) the database file alone
+    is the whole index, and SQLite may read it as immutable.
+    """
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        wal = path.with_name(path.name + "-wal")
+        if os.access(path.parent, os.W_OK) or (wal.exists() and wal.stat().st_size):
+            raise
+    return sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False)
+
+
 class Catalog:
     def __init__(self, path: Path, readonly: bool = False) -> None:
         self.path = path
         if readonly:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            conn = _connect_readonly(path)
         else:
             conn = sqlite3.connect(str(path), check_same_thread=False)
         self.conn = conn

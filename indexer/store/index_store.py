@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from wherein.schemas.errors import IndexError_, IndexLocked
 
 CATALOG_FILE = "catalog.db"
 LOCK_FILE = "index.lock"
+LOCK_POLL_SECONDS = 0.5
 
 
 @dataclass
@@ -56,7 +59,14 @@ class IndexStore:
         write: bool = False,
         create: bool = False,
         load_vectors: bool = True,
+        wait: bool = False,
+        on_wait: Callable[[str], object] | None = None,
     ) -> IndexStore:
+        """Open an index; ``write`` takes the writer lock (IndexLocked if another process has it).
+
+        wait: poll until the other writer is done instead of failing; ``on_wait`` gets
+        one line saying who is waited for (and again if the holder changes).
+        """
         d = Path(directory)
         db = d / CATALOG_FILE
         if not db.is_file():
@@ -64,24 +74,18 @@ class IndexStore:
                 raise IndexError_(
                     f"{d}: no wherein index here (run `wherein index PATH --index {d}` first)"
                 )
-            d.mkdir(parents=True, exist_ok=True)
-        lock_fd = None
-        if write:
-            lock_fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(lock_fd)
-                raise IndexLocked(d, _lock_holder(d / LOCK_FILE)) from None
-            # Record who holds the lock, for the message a second writer gets.
-            os.ftruncate(lock_fd, 0)
-            os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise _cannot_write(d, exc) from None
+        lock_fd = _take_lock(d, wait, on_wait) if write else None
+        readonly = not write and db.is_file() and not os.access(d, os.W_OK)
         try:
-            catalog = Catalog(db, readonly=not write and db.is_file() and not os.access(d, os.W_OK))
+            catalog = Catalog(db, readonly=readonly)
         except Exception as exc:
             if lock_fd is not None:
                 os.close(lock_fd)
-            raise IndexError_(f"{db}: cannot open catalog ({exc})") from exc
+            raise _catalog_error(db, exc, readonly) from exc
         store = cls(d, catalog, lock_fd)
         if load_vectors:
             store.vectors.load()
@@ -92,8 +96,8 @@ class IndexStore:
         note = self.vectors.sync(self.catalog)
         if note:
             self.sync_note = note
-            if persist if persist is not None else self.writable:
-                self.vectors.save()
+        if self.vectors.dirty and (persist if persist is not None else self.writable):
+            self.vectors.save()
         return note
 
     def close(self) -> None:
@@ -164,6 +168,61 @@ class IndexStore:
             if not np.allclose(from_faiss, unit_rows(vecs), atol=1e-5):
                 rep.fail("FAISS vectors differ from the catalog's embeddings")
         return rep
+
+
+def _take_lock(d: Path, wait: bool, on_wait: Callable[[str], object] | None) -> int:
+    """The writer lock's fd; the lock file then records this PID for the next writer's message.
+
+    flock, not the file's existence, is the lock: a writer killed with -9 releases it
+    with its last fd, so a stale lock file never blocks anyone.
+    """
+    try:
+        lock_fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise _cannot_write(d, exc) from None
+    told: int | None | bool = False  # the holder last reported to on_wait
+    while True:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            holder = _lock_holder(d / LOCK_FILE)
+            if not wait:
+                os.close(lock_fd)
+                raise IndexLocked(d, holder) from None
+            if on_wait is not None and holder != told:
+                who = f"PID {holder}" if holder else "another process"
+                on_wait(f"{d}: locked by {who}; waiting for it to finish (Ctrl-C stops)")
+                told = holder
+            try:
+                time.sleep(LOCK_POLL_SECONDS)
+            except BaseException:
+                os.close(lock_fd)
+                raise
+    try:
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:
+        os.close(lock_fd)
+        raise _cannot_write(d, exc) from None
+    return lock_fd
+
+
+def _cannot_write(d: Path, exc: OSError) -> IndexError_:
+    reason = exc.strerror or str(exc)
+    return IndexError_(
+        f"{d}: cannot write to this index folder ({reason}); `wherein search` can still read it, "
+        "to add images use a writable --index"
+    )
+
+
+def _catalog_error(db: Path, exc: Exception, readonly: bool) -> IndexError_:
+    if readonly and (db.parent / (CATALOG_FILE + "-wal")).exists():
+        return IndexError_(
+            f"{db}: the index folder is read-only and holds an unfinished write-ahead log "
+            f"({CATALOG_FILE}-wal); open it once where it is writable (e.g. `wherein status`)"
+        )
+    return IndexError_(f"{db}: cannot open catalog ({exc})")
 
 
 def _lock_holder(lock_file: Path) -> int | None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +98,7 @@ class VectorIndex:
         self.generation = -1
         self.model_id: str | None = None
         self.dim = 0
+        self.dirty = False  # in memory differs from what is on disk: save() would write something
 
     @property
     def faiss_path(self) -> Path:
@@ -129,13 +132,14 @@ class VectorIndex:
         self.index, self.choice = index, choice
         self.generation, self.model_id, self.dim = side["generation"], side["model_id"], side["dim"]
         apply_search_params(index, choice)
+        self.dirty = False
         return True
 
     def save(self) -> None:
         assert self.index is not None and self.choice is not None
         self.dir.mkdir(parents=True, exist_ok=True)
         with atomic_path(self.faiss_path) as tmp:
-            faiss.write_index(self.index, str(tmp))  # streamed: no second copy in memory
+            write_index_file(self.index, tmp)
         side = {
             "generation": self.generation,
             "model_id": self.model_id,
@@ -144,6 +148,7 @@ class VectorIndex:
             "index": self.choice.as_dict(),
         }
         write_atomic(self.sidecar_path, json.dumps(side, indent=2).encode())
+        self.dirty = False
 
     def is_current(self, catalog: Catalog) -> bool:
         return (
@@ -153,7 +158,17 @@ class VectorIndex:
         )
 
     def sync(self, catalog: Catalog, memory_budget: int | None = None) -> str:
-        """Bring the index in line with the catalog; return what was done ("" if nothing)."""
+        """Bring the index in line with the catalog; return what was done ("" if nothing).
+
+        Everything is read in one SQLite read transaction: the index ends up exactly
+        at one committed generation, even while a writer commits batches meanwhile
+        (without it, the generation recorded could be newer than the ids read, and
+        the batch in between would stay missing until the next commit).
+        """
+        with _snapshot(catalog):
+            return self._sync(catalog, memory_budget)
+
+    def _sync(self, catalog: Catalog, memory_budget: int | None) -> str:
         model_id = catalog.get_meta("model_id")
         dim = int(catalog.get_meta("dim", 0) or 0)
         if self.is_current(catalog):
@@ -168,6 +183,10 @@ class VectorIndex:
             or self.choice.kind != want.kind
             or (want.kind != "flat" and _ivf_outgrown(self.choice, want))
         )
+        if needs_rebuild and self._disk_is_current(catalog) and self.load():
+            # A writer already saved this generation (a long-running reader such as
+            # `serve` after a re-index): reading it beats rebuilding, which may train IVF.
+            return f"reloaded {self.faiss_path.name} ({self.ntotal} vectors)"
         if needs_rebuild:
             self._rebuild(catalog, want, dim)
             action = f"rebuilt {want.kind} index from catalog ({n} vectors)"
@@ -185,7 +204,14 @@ class VectorIndex:
                     self.index.add_with_ids(unit_rows(vecs), ids)
             action = f"updated index: +{len(missing)} -{len(stale)} vectors"
         self.generation, self.model_id, self.dim = catalog.generation, model_id, dim
+        self.dirty = True
         return action
+
+    def _disk_is_current(self, catalog: Catalog) -> bool:
+        side = self.sidecar() or {}
+        return side.get("generation") == catalog.generation and side.get(
+            "model_id"
+        ) == catalog.get_meta("model_id")
 
     def _rebuild(self, catalog: Catalog, choice: IndexChoice, dim: int) -> None:
         if dim == 0:
@@ -217,6 +243,33 @@ class VectorIndex:
                 params = faiss.SearchParameters(sel=selector)
         scores, ids = self.index.search(queries, k, params=params)
         return scores, ids
+
+
+@contextmanager
+def _snapshot(catalog: Catalog) -> Iterator[None]:
+    """One read transaction (a consistent view under WAL), unless one is already open."""
+    conn = catalog.conn
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")  # nothing was written: this only ends the snapshot
+
+
+def write_index_file(index: faiss.Index, path: Path) -> None:
+    """Stream an index to a file, failing loudly when the disk does.
+
+    ``faiss.write_index(index, filename)`` cannot report an error from its final
+    fclose (it prints one to stderr): on a full disk the buffered tail is lost and
+    a truncated file looks written. A Python file object raises on every write and
+    on close, and FAISS passes the exception through; blocks of 1 MB keep it streamed
+    (no second copy of the index in memory).
+    """
+    with open(path, "wb") as f:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(f.write, 1 << 20))
 
 
 def _ivf_outgrown(have: IndexChoice, want: IndexChoice) -> bool:

@@ -38,10 +38,25 @@ def cli() -> None:
     "--no-draft", is_flag=True, help="Decode JPEGs at full size (slower, same result within noise)."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="If another wherein process is writing this index, wait for it instead of exiting 75.",
+)
 @json_option
 @friendly_errors
 def index(
-    paths, index_dir, models_dir, hidden, retry_skipped, workers, threads, no_draft, quiet, as_json
+    paths,
+    index_dir,
+    models_dir,
+    hidden,
+    retry_skipped,
+    workers,
+    threads,
+    no_draft,
+    quiet,
+    wait,
+    as_json,
 ):
     """Index the images under PATHS (incremental: re-run any time)."""
     from wherein.indexer import paths as P
@@ -58,7 +73,13 @@ def index(
             err=True,
         )
     tower = ImageTower.from_models(models, threads)
-    with IndexStore.open(P.index_dir(index_dir), write=True, create=True) as store:
+    with IndexStore.open(
+        P.index_dir(index_dir),
+        write=True,
+        create=True,
+        wait=wait,
+        on_wait=lambda line: click.echo(line, err=True),
+    ) as store:
         indexer = Indexer(store, tower, workers=workers, draft=not no_draft)
         bar = _progress(quiet or as_json)
         stats = indexer.run(

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
-from wherein.schemas.errors import WhereinError
+from wherein.schemas.errors import WhereinError, storage_error
 
 
 def index_option(f: Callable) -> Callable:
@@ -43,16 +44,31 @@ def json_option(f: Callable) -> Callable:
 
 
 def friendly_errors(f: Callable) -> Callable:
-    """WhereinError -> 'Error: <one line>' on stderr and exit status 1."""
+    """WhereinError -> 'Error: <one line>' on stderr and its exit status (1; 75 when locked).
+
+    A write the disk refused (full, read-only, no permission) becomes such an error too,
+    wherever it happened: SQLite, FAISS or a plain file.
+    """
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         try:
             return f(*args, **kwargs)
         except WhereinError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise _click_error(exc) from None
+        except (OSError, RuntimeError, sqlite3.Error) as exc:
+            translated = storage_error(exc)
+            if translated is None:
+                raise
+            raise _click_error(translated) from None
 
     return wrapper
+
+
+def _click_error(exc: WhereinError) -> click.ClickException:
+    err = click.ClickException(str(exc))
+    err.exit_code = exc.exit_code
+    return err
 
 
 def echo_json(obj) -> None:
