@@ -165,7 +165,7 @@ def image_bench(work: Path, threads: int, rounds: int, log) -> tuple[list[dict],
         dst = fp32.with_name(C.image_file_name(prec, [1, 8]))
         if not dst.is_file():
             t = time.perf_counter()
-            C._reduce_precision(fp32, dst, prec)
+            C.reduce_precision(fp32, dst, prec)
             conv["quantize_s"][prec] = time.perf_counter() - t
         variants[f"project {prec}, batch 1+8"] = dst
     times_file.write_text(json.dumps(conv))

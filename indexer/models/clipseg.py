@@ -155,9 +155,11 @@ class ClipSeg:
         from wherein.indexer.models.litert_graph import LiteRTGraph
 
         d = models.require(CLIPSEG)
+        # The vision graph may be an optimized one (clipseg/manifest.json); same contract.
+        paths = {VISION_FILE: models.clipseg_vision_file()}
         graphs = []
         for name in (VISION_FILE, TEXT_FILE, DECODER_FILE):
-            g = LiteRTGraph(d / name, num_threads)
+            g = LiteRTGraph(paths.get(name, d / name), num_threads)
             g.check(_GRAPH_SPECS[name])  # one-line ModelError naming the file and expected I/O
             graphs.append(g)
         return cls.from_parts(*graphs, assets_dir=d)

@@ -27,7 +27,8 @@ from wherein.schemas.models import (
 )
 
 REAL_SPACE = "siglip2-vit-b16-webli"
-IMAGE_MANIFEST = "manifest.json"  # written by `wherein models convert`
+IMAGE_MANIFEST = "manifest.json"  # written by `wherein models convert` / `models optimize`
+CLIPSEG_MANIFEST = "manifest.json"  # written by `wherein models optimize`
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,25 @@ class ModelDir:
         raise ModelError(
             f"{published}: image tower not found (run `wherein models pull`, or point --models at a models directory)"
         )
+
+    def clipseg_vision_file(self) -> Path:
+        """CLIPSeg's vision graph: an optimized one when clipseg/manifest.json says it passed."""
+        published = self.clipseg_dir / CLIPSEG.graphs[0].filename
+        manifest = self.clipseg_dir / CLIPSEG_MANIFEST
+        if manifest.is_file():
+            try:
+                vision = json.loads(manifest.read_text()).get("vision", {})
+            except ValueError as exc:
+                raise ModelError(f"{manifest}: unreadable manifest ({exc})") from exc
+            if vision.get("passed") and vision.get("file"):
+                chosen = self.clipseg_dir / vision["file"]
+                if not chosen.is_file():
+                    raise ModelError(
+                        f"{chosen}: named by {manifest.name} but missing "
+                        "(re-run `wherein models optimize`, or delete the manifest)"
+                    )
+                return chosen
+        return published
 
     def require(self, spec: ModelSpec) -> Path:
         d = self.root / spec.key

@@ -174,7 +174,7 @@ def _export(signatures: list[tuple[str, object, tuple]], path: Path) -> None:
     conv.convert().export(str(path))
 
 
-def _reduce_precision(src: Path, dst: Path, precision: str) -> None:
+def reduce_precision(src: Path, dst: Path, precision: str) -> None:
     from ai_edge_quantizer import qtyping, quantizer
     from ai_edge_quantizer.algorithm_manager import AlgorithmName
 
@@ -207,7 +207,7 @@ def _write_graph(signatures, final: Path, precision: str) -> None:
             tmp.replace(final)
         else:
             out = final.with_name(final.name + ".tmp")
-            _reduce_precision(tmp, out, precision)
+            reduce_precision(tmp, out, precision)
             out.replace(final)
     finally:
         tmp.unlink(missing_ok=True)
