@@ -70,7 +70,9 @@ def embed(
     draft: bool = JPEG_DRAFT,
     progress: Callable[[int], object] | None = None,
     on_total: Callable[[int], None] | None = None,
+    say: Callable[[str], object] | None = None,
 ) -> EmbedStats:
+    """say: one-line notes for the user (which Ray cluster and token were used)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
     t0 = time.perf_counter()
@@ -107,7 +109,16 @@ def embed(
             from wherein.indexer.scale.ray_embed import run_ray
 
             run_ray(
-                plan, pending, writer, models.root, ray_address, actors, actor_cpus, draft, progress
+                plan,
+                pending,
+                writer,
+                models.root,
+                ray_address,
+                actors,
+                actor_cpus,
+                draft,
+                progress,
+                say,
             )
     except KeyboardInterrupt:
         stats.interrupted = True

@@ -77,16 +77,35 @@ class Embedder:
 
 
 def run_ray(
-    plan, pending, writer, models_root, address, actors, actor_cpus, draft, progress
+    plan, pending, writer, models_root, address, actors, actor_cpus, draft, progress, say=None
 ) -> None:
     import ray
-    import ray.data
+
+    from wherein.indexer.scale import ray_quiet
+    from wherein.indexer.scale.ray_connect import RayConnectError, join
 
     started = not ray.is_initialized()
+    if started and address:
+        joined = join(address)  # bounded checks; raises a one-line RayConnectError
+        if say:
+            say(joined.note)
+        address = joined.address
+    import ray.data
+
+    ray_quiet.quiet_loggers()
     if started:
-        ray.init(
-            address=address, include_dashboard=False, log_to_driver=False, configure_logging=False
-        )
+        try:
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            if not address:
+                raise
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise RayConnectError(f"cannot join the Ray cluster at {address}: {why}") from None
     try:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
@@ -117,25 +136,31 @@ def run_ray(
             batch_size=EMBED_BATCH,
             batch_format="numpy",
         )
-        for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
-            for j in range(len(batch["id"])):
-                err = str(batch["error"][j])
-                writer.add(
-                    int(batch["shard"][j]),
-                    {
-                        "id": int(batch["id"][j]),
-                        "uri": str(batch["uri"][j]),
-                        "size": int(batch["size"][j]),
-                        "mtime_ns": int(batch["mtime_ns"][j]),
-                        "sha256": str(batch["sha256"][j]),
-                        "width": int(batch["width"][j]),
-                        "height": int(batch["height"][j]),
-                        "error": err,
-                        "embedding": None if err else batch["embedding"][j],
-                    },
-                )
-            if progress:
-                progress(len(batch["id"]))
+        with ray_quiet.stderr_without():
+            _collect(ds, writer, progress)
     finally:
         if started:
             ray.shutdown()
+
+
+def _collect(ds, writer, progress) -> None:
+    """Rows as they come back from the actors, into the shard writer."""
+    for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
+        for j in range(len(batch["id"])):
+            err = str(batch["error"][j])
+            writer.add(
+                int(batch["shard"][j]),
+                {
+                    "id": int(batch["id"][j]),
+                    "uri": str(batch["uri"][j]),
+                    "size": int(batch["size"][j]),
+                    "mtime_ns": int(batch["mtime_ns"][j]),
+                    "sha256": str(batch["sha256"][j]),
+                    "width": int(batch["width"][j]),
+                    "height": int(batch["height"][j]),
+                    "error": err,
+                    "embedding": None if err else batch["embedding"][j],
+                },
+            )
+        if progress:
+            progress(len(batch["id"]))

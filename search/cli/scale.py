@@ -32,7 +32,11 @@ def register(cli: click.Group) -> None:
     help="local: one process; ray: Ray Data (local mode, or the cluster at --ray-address).",
 )
 @click.option(
-    "--ray-address", default=None, help="Ray cluster to join, e.g. ray://head:10001 or auto."
+    "--ray-address",
+    default=None,
+    help="Ray cluster to join: HOST:PORT of the head's GCS (6379 by default) or auto; run on a "
+    "cluster node. Auth token as Ray finds it: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, "
+    "~/.ray/auth_token.",
 )
 @click.option(
     "--shard-size",
@@ -96,6 +100,7 @@ def embed(
             draft=not no_draft,
             progress=bar.update,
             on_total=lambda n: bar.reset(total=n),
+            say=lambda m: bar.write(m, file=sys.stderr),  # through tqdm: not inside the bar
         )
     except ModuleNotFoundError as exc:
         if exc.name in ("ray", "pyarrow"):
