@@ -98,8 +98,17 @@ def test_one_vision_pass_serves_several_prompts_and_cond_is_cached(model, tmp_pa
     assert probs[0].max() > 0.9 and probs[1].max() < 0.1
 
 
-def test_decoder_binding_order_matters(model, tmp_path):
-    """t3/t6/t9 share one shape; binding t6 first gives a wrong mask, so order must come from slots."""
+@pytest.mark.parametrize(
+    "order",
+    [(1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)],
+    ids=lambda o: "t" + "".join("369"[i] for i in o),
+)
+def test_decoder_binding_order_matters(model, tmp_path, order):
+    """t3/t6/t9 share one shape; any other binding gives a wrong mask, so order must come from slots.
+
+    The stand-in decoder reads each slot in its own basis, so this fails for a
+    swap of any two (t6/t9 included), as it would with the real model.
+    """
     size = (320, 240)
     px = draw_shape(tmp_path / "r.png", "red", size=size, box=(0.1, 0.2, 0.5, 0.9))
     img = Image.open(tmp_path / "r.png").convert("RGB")
@@ -108,7 +117,8 @@ def test_decoder_binding_order_matters(model, tmp_path):
     truth = rect_mask(size, px)
     right = MaskResult.from_probability("red", model.decode(feats, cond), size)
     assert iou(right.mask, truth) >= 0.8
-    swapped = Features(feats.t6, feats.t3, feats.t9)
+    slots = feats.in_slot_order()
+    swapped = Features(*(slots[i] for i in order))
     wrong = MaskResult.from_probability("red", model.decode(swapped, cond), size)
     assert iou(wrong.mask, truth) < 0.3
 

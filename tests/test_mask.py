@@ -194,8 +194,8 @@ def test_add_masks_to_hits_writes_files_and_sets_fields(model, standin_models, t
     assert [h.rank for h in masked] == [1, 2, 3, 4]
     for h in masked:
         stem = Path(h.path).stem
-        assert h.mask_path == str(out / f"{h.rank}-{stem}.mask.png")
-        assert h.overlay_path == str(out / f"{h.rank}-{stem}.overlay.jpg")
+        assert h.mask_path == str(out / f"{h.rank}-{stem}.red.mask.png")
+        assert h.overlay_path == str(out / f"{h.rank}-{stem}.red.overlay.jpg")
         assert Path(h.mask_path).is_file() and Path(h.overlay_path).is_file()
         assert Image.open(h.mask_path).size == (h.width, h.height)
         px = boxes[Path(h.path).name]
@@ -212,6 +212,12 @@ def test_add_masks_to_hits_writes_files_and_sets_fields(model, standin_models, t
     kept = add_masks_to_hits(hits, "red", tmp_path / "again", standin_models, min_mask_area=0.05)
     assert [h.rank for h in kept] == [1, 3, 4]  # the blue photo has no red: dropped
     assert [h.bbox for h in kept] == [masked[i].bbox for i in (0, 2, 3)]
+    # A dropped hit leaves no files behind; the kept ones have theirs.
+    assert sorted(p.name for p in (tmp_path / "again").iterdir()) == sorted(
+        name for h in kept for name in (Path(h.mask_path).name, Path(h.overlay_path).name)
+    )
+    nothing = add_masks_to_hits(hits, "red", tmp_path / "none", standin_models, min_mask_area=0.9)
+    assert nothing == [] and not (tmp_path / "none").exists()
 
 
 def test_add_masks_to_hits_accepts_dicts_and_survives_a_vanished_file(
@@ -254,7 +260,7 @@ def test_add_masks_to_hits_on_a_dataclass_without_mask_fields_warns(
             [Bare(1, str(tmp_path / "r.png"))], "red", tmp_path / "m", standin_models, model=model
         )
     assert h == Bare(1, str(tmp_path / "r.png"))
-    assert (tmp_path / "m" / "1-r.mask.png").is_file()
+    assert (tmp_path / "m" / "1-r.red.mask.png").is_file()
 
 
 def test_cli_mask_json(env, tmp_path):
@@ -338,3 +344,116 @@ def test_stretch_is_pillow_bilinear(size):
     out = stretch(prob, size)
     assert out.shape == (size[1], size[0])
     np.testing.assert_allclose(out, ref, atol=1e-5)
+
+
+# -- graded maps: the threshold and the photo-size measures ----------------------------------------
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+
+
+def test_threshold_is_exact_on_a_graded_logit_map():
+    """A logit ramp of 0.1 per source pixel: p > 0.5 (not 0.4 or 0.6) decides every pixel here."""
+    x = np.arange(352, dtype=np.float64)
+    # At the map's own size: a rectangle, source columns 101..250, rows 61..300.
+    logits = 0.1 * np.minimum.reduce(
+        np.broadcast_arrays(x[None] - 100.5, 250.5 - x[None], x[:, None] - 60.5, 300.5 - x[:, None])
+    )
+    res = MaskResult.from_probability("ramp", _sigmoid(logits), (352, 352))
+    assert [r.bbox for r in res.regions] == [(101, 61, 251, 301)]
+    assert res.runs.area == 150 * 240 and res.area == pytest.approx(150 * 240 / 352**2)
+    # Stretched to 1000 px: a band of columns. p crosses 0.5 at source x ~ 100.25 and ~ 250.75
+    # (0.25 / 0.75 of the way between the samples at logits -0.025 / +0.075 and back), so photo
+    # columns x with (x + 0.5) * 352 / 1000 - 0.5 in (100.25, 250.75): x = 286 .. 713.
+    band = 0.1 * np.minimum(x - 100.25, 250.75 - x)
+    for size, transpose in (((1000, 700), False), ((700, 1000), True)):
+        logits = np.broadcast_to(band[:, None] if transpose else band[None], (352, 352))
+        res = MaskResult.from_probability("band", _sigmoid(logits), size)
+        box = (0, 286, 700, 714) if transpose else (286, 0, 714, 700)
+        assert [r.bbox for r in res.regions] == [box]
+        assert res.runs.area == 428 * 700 and res.area == pytest.approx(428 / 1000)
+        assert res.mask.sum() == 428 * 700
+
+
+def _graded_maps() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    yy, xx = np.mgrid[0:352, 0:352] / 351.0
+    blobs = np.zeros((352, 352))
+    for _ in range(6):
+        cy, cx, s = rng.random(), rng.random(), 0.03 + 0.1 * rng.random()
+        blobs += np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * s * s))
+    small = rng.random((40, 40)).astype(np.float32)
+    return {
+        "ramp": _sigmoid(8.3 * (xx + 0.41 * yy - 0.7013)),  # no pixel lands on p = 0.5
+        "blobs": np.clip(blobs, 0, 1).astype(np.float32),
+        "noise": np.asarray(Image.fromarray(small).resize((352, 352), Image.BILINEAR)),
+    }
+
+
+@pytest.mark.parametrize(
+    "size",
+    [(352, 352), (353, 360), (1000, 700), (700, 1000), (2400, 1800), (3000, 640), (200, 600)],
+)
+def test_measures_match_the_photo_size_mask(size):
+    """Regions, boxes, area and score measured without the photo-size map equal thresholding it."""
+    w, h = size
+    for name, prob in _graded_maps().items():
+        soft = stretch(prob, size)
+        truth = soft > 0.5
+        want = regions(truth)
+        res = MaskResult.from_probability(name, prob, size)
+        assert len(res.regions) == len(want), name
+        for got, ref in zip(res.regions, want, strict=True):
+            assert abs(got.area - ref.area) <= 1, name
+            assert max(abs(a - b) for a, b in zip(got.bbox, ref.bbox, strict=True)) <= 1, name
+        assert abs(res.runs.area - int(truth.sum())) <= 2, name
+        assert abs(res.area - truth.mean()) <= 2 / (w * h)
+        ref_score = float(soft[truth].mean()) if truth.any() else 0.0
+        assert res.score == pytest.approx(ref_score, abs=1e-5), name
+        assert (res.mask != truth).sum() <= 2, name
+
+
+def test_big_jpeg_full_size_mask_and_preview_overlay(model, tmp_path):
+    size = (3000, 2000)
+    px = draw_shape(tmp_path / "big.jpg", "red", size=size, box=(0.2, 0.3, 0.7, 0.9), quality=90)
+    ((res, files),) = mask_file(model, tmp_path / "big.jpg", ["red"], tmp_path / "out")
+    mask = Image.open(files["mask"])
+    assert mask.mode == "1" and mask.size == size
+    assert iou(np.asarray(mask, dtype=bool), drawn_region(size, px)) >= 0.8
+    overlay = Image.open(files["overlay"])
+    assert max(overlay.size) <= 1024 and abs(overlay.size[0] / overlay.size[1] - 1.5) < 0.01
+    ((full, files),) = mask_file(
+        model, tmp_path / "big.jpg", ["red"], tmp_path / "full", full_size_overlays=True
+    )
+    assert Image.open(files["overlay"]).size == size
+    assert full.bbox == res.bbox  # the overlay's size changes nothing measured
+
+
+class _Counting:
+    def __init__(self, graph) -> None:
+        self.graph, self.calls = graph, 0
+
+    def run(self, *inputs):
+        self.calls += 1
+        return self.graph.run(*inputs)
+
+
+def test_another_prompt_on_masked_hits_reuses_their_vision_pass(model, standin_models, tmp_path):
+    counted = ClipSeg(
+        _Counting(model.vision),
+        model.text,
+        _Counting(model.decoder),
+        model.token_table,
+        model.projection,
+        model.tokenizer,
+    )
+    hits, _ = _hits(tmp_path)
+    first = add_masks_to_hits(hits, "red", tmp_path / "m", standin_models, model=counted)
+    assert counted.vision.calls == 4
+    second = add_masks_to_hits(hits, "blue", tmp_path / "m", standin_models, model=counted)
+    assert counted.vision.calls == 4 and counted.decoder.calls == 8
+    assert [h.mask_area > 0.2 for h in first] == [True, False, True, True]
+    assert [h.mask_area > 0.2 for h in second] == [False, True, False, False]
+    # A file changed since: its pass is run again, and the mask follows the new content.
+    draw_shape(Path(hits[0].path), "blue", size=(320, 240))
+    (again,) = add_masks_to_hits(hits[:1], "blue", tmp_path / "m", standin_models, model=counted)
+    assert counted.vision.calls == 5 and again.mask_area > 0.3

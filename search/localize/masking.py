@@ -1,17 +1,25 @@
 """Where in an image a prompt matches: CLIPSeg probability map -> mask, regions, files.
 
 Coordinates are original pixels in viewing orientation (EXIF applied, as
-`imaging.decode` returns the image); boxes are [x0, y0, x1, y1] with x1/y1
+`imaging.decode` reports the size); boxes are [x0, y0, x1, y1] with x1/y1
 EXCLUSIVE, like a Pillow crop box, so width = x1 - x0.
+
+Cost model: the photo-size mask is measured (regions, boxes, area, score) from
+the 352x352 map without being built (`probmap`); it exists as pixels only
+when the mask PNG is written (1 bit per pixel, `bitpng`). The image is decoded
+reduced (JPEG draft to CLIPSeg's input size) and overlays are previews at most
+PREVIEW_MAX_SIDE px on the long side unless the photo's full size is asked for.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import re
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,125 +32,49 @@ from PIL import Image, ImageDraw
 
 from wherein.indexer.imaging import DecodeError, decode
 from wherein.schemas.errors import WhereinError
-from wherein.schemas.models import CLIPSEG_MASK_THRESHOLD
+from wherein.schemas.models import CLIPSEG_IMAGE_SIZE, CLIPSEG_MASK_THRESHOLD
+from wherein.schemas.records import HIT_MASK_FIELDS
+from wherein.search.localize.bitpng import encode_1bit
+from wherein.search.localize.probmap import enlarges, stretch, threshold_runs
+from wherein.search.localize.regions import Region, Runs, regions, regions_of_runs
+from wherein.search.localize.vision_cache import Seen, VisionCache
 
-OVERLAY_MAX_SIDE = 2048  # overlays are for looking at; the mask PNG keeps full size
+__all__ = [
+    "HIT_MASK_FIELDS",
+    "MaskResult",
+    "Region",
+    "add_masks_to_hits",
+    "mask_file",
+    "regions",
+    "stretch",
+]
+
+PREVIEW_MAX_SIDE = 1024  # overlays are for looking at; the mask PNG keeps the photo's size
 OVERLAY_TINT = (255, 0, 110)  # magenta: rare in photos
 OVERLAY_ALPHA = 0.6
+OVERLAY_QUALITY = 88
 MAX_WORKERS = 4  # each worker holds its own interpreters (the real vision graph is ~170 MB)
-# Fields add_masks_to_hits sets on each hit (schemas/records.py Hit, schemas/hit.schema.json).
-HIT_MASK_FIELDS = ("mask_path", "overlay_path", "bbox", "mask_area", "mask_score")
-
-
-# -- connected regions -----------------------------------------------------------------
-@dataclass(frozen=True)
-class Region:
-    area: int  # pixels
-    bbox: tuple[int, int, int, int]  # x0, y0, x1, y1 (exclusive)
-
-
-def regions(mask: np.ndarray) -> list[Region]:
-    """4-connected regions of a boolean mask, largest first.
-
-    One vectorised pass finds the horizontal runs; labelling then works on runs,
-    so it costs what the mask's outline costs, not its pixel count (a
-    bilinear-upsampled CLIPSeg mask has few runs even on a 24-megapixel photo).
-    """
-    mask = np.asarray(mask, dtype=bool)
-    h, w = mask.shape
-    padded = np.zeros((h, w + 2), dtype=bool)
-    padded[:, 1:-1] = mask
-    # A change between columns j-1 and j of the mask (outside is False): in row-major
-    # order changes alternate start, end, start, end... within every row.
-    change = np.flatnonzero(padded[:, 1:] != padded[:, :-1])
-    if len(change) == 0:
-        return []
-    rows, x0 = np.divmod(change[0::2], w + 1)
-    x1 = change[1::2] - rows * (w + 1)  # exclusive end
-    n = len(rows)
-    # Runs overlap vertically (4-connectivity) when a0 < b1 and b0 < a1 on adjacent rows.
-    stride = w + 1
-    start_key = rows * stride + x0
-    end_key = rows * stride + x1
-    lo = np.searchsorted(end_key, (rows + 1) * stride + x0, side="right")
-    hi = np.searchsorted(start_key, (rows + 1) * stride + x1, side="left")
-    count = np.maximum(hi - lo, 0)
-    a = np.repeat(np.arange(n), count)
-    b = np.repeat(lo, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
-    label = _components(n, a, b)
-    _, comp = np.unique(label, return_inverse=True)
-    k = int(comp.max()) + 1
-    area = np.bincount(comp, weights=x1 - x0, minlength=k).astype(np.int64)
-    bx0 = np.full(k, w)
-    by0 = np.full(k, h)
-    bx1 = np.zeros(k, dtype=np.int64)
-    by1 = np.zeros(k, dtype=np.int64)
-    np.minimum.at(bx0, comp, x0)
-    np.minimum.at(by0, comp, rows)
-    np.maximum.at(bx1, comp, x1)
-    np.maximum.at(by1, comp, rows + 1)
-    order = sorted(range(k), key=lambda i: (-area[i], by0[i], bx0[i]))
-    return [
-        Region(int(area[i]), (int(bx0[i]), int(by0[i]), int(bx1[i]), int(by1[i]))) for i in order
-    ]
-
-
-def _components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Connected components of an edge list: each node gets the smallest node id of its component.
-
-    Min-label propagation with pointer jumping, iterated to a fixpoint; at the
-    fixpoint every edge joins equal labels and every label names a member.
-    """
-    label = np.arange(n)
-    while True:
-        new = label.copy()
-        np.minimum.at(new, a, label[b])
-        np.minimum.at(new, b, label[a])
-        new = new[new]
-        if np.array_equal(new, label):
-            return label
-        label = new
+# Images whose vision pass a process keeps (~7 MB each): at least search's default k, so a
+# second prompt on one search's hits runs only the decoder.
+VISION_CACHE = 12
 
 
 # -- one mask ----------------------------------------------------------------------------
-def _axis(n_out: int, n_in: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Half-pixel-centred bilinear taps along one axis, clamped at the edges."""
-    x = np.clip((np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
-    i0 = np.floor(x).astype(np.intp)
-    return i0, np.minimum(i0 + 1, n_in - 1), (x - i0).astype(np.float32)
-
-
-def stretch(prob: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Bilinear resize of a map to size=(W, H): the squash the input went through, undone.
-
-    Enlarging is separable numpy (equal to Pillow's BILINEAR within 1e-6, ~3x
-    faster on a camera photo); shrinking either side goes through Pillow, which
-    antialiases.
-    """
-    w, h = size
-    prob = np.asarray(prob, dtype=np.float32)
-    if prob.shape == (h, w):
-        return prob
-    if w < prob.shape[1] or h < prob.shape[0]:
-        return np.asarray(Image.fromarray(prob).resize((w, h), Image.BILINEAR), dtype=np.float32)
-    c0, c1, wc = _axis(w, prob.shape[1])
-    r0, r1, wr = _axis(h, prob.shape[0])
-    cols = prob[:, c0] + (prob[:, c1] - prob[:, c0]) * wc  # [h_in, W]
-    out = cols[r0]
-    out += (cols[r1] - out) * wr[:, None]
-    return out
-
-
-@dataclass
+@dataclass(eq=False)
 class MaskResult:
-    """The mask of one prompt on one image, at the image's original (viewing) size."""
+    """The mask of one prompt on one image, measured at the image's original (viewing) size.
+
+    The photo-size probability map (`soft`) and mask (`mask`) are built only
+    when read; regions, area and score come from runs of the mask.
+    """
 
     prompt: str
-    soft: np.ndarray  # float32 [H, W] probabilities
-    mask: np.ndarray  # bool [H, W]: soft > threshold
+    source: np.ndarray  # the model's 352x352 probability map
+    size: tuple[int, int]  # (W, H) of the photo as a viewer shows it
+    runs: Runs
+    inside_sum: float  # sum of the photo-size probabilities inside the mask
     regions: list[Region]
     threshold: float = CLIPSEG_MASK_THRESHOLD
-    source: np.ndarray | None = None  # the model's 352x352 map: overlays resample from it
 
     @classmethod
     def from_probability(
@@ -154,23 +86,37 @@ class MaskResult:
     ) -> MaskResult:
         """Stretch a 352x352 probability map back to size=(W, H): the input was squashed, so no aspect fix."""
         prob = np.asarray(prob, dtype=np.float32)
-        soft = stretch(prob, size)
-        mask = soft > threshold
-        return cls(prompt, soft, mask, regions(mask), threshold, prob)
+        size = (int(size[0]), int(size[1]))
+        if enlarges(prob.shape, size):
+            th = threshold_runs(prob, size, threshold)
+            runs, total = th.runs, th.inside_sum
+        else:  # a side under 352: the map shrinks (antialiased), and is small anyway
+            soft = stretch(prob, size)
+            mask = soft > threshold
+            runs, total = Runs.of_mask(mask), float(soft[mask].sum(dtype=np.float64))
+        return cls(prompt, prob, size, runs, total, regions_of_runs(runs), threshold)
 
-    @property
-    def size(self) -> tuple[int, int]:
-        return self.mask.shape[1], self.mask.shape[0]
+    @cached_property
+    def soft(self) -> np.ndarray:
+        """float32 [H, W] probabilities at the photo's size."""
+        return stretch(self.source, self.size)
+
+    @cached_property
+    def mask(self) -> np.ndarray:
+        """bool [H, W]: soft > threshold."""
+        return self.runs.to_mask()
 
     @cached_property
     def area(self) -> float:
         """Fraction of the image inside the mask."""
-        return float(self.mask.mean()) if self.mask.size else 0.0
+        w, h = self.size
+        return self.runs.area / (w * h) if w * h else 0.0
 
     @cached_property
     def score(self) -> float:
         """Mean probability inside the mask (0 when the mask is empty): how sure the mask is."""
-        return float(self.soft[self.mask].mean()) if self.mask.any() else 0.0
+        n = self.runs.area
+        return self.inside_sum / n if n else 0.0
 
     @property
     def bbox_largest(self) -> list[int] | None:
@@ -207,43 +153,50 @@ class MaskResult:
         }
 
     # -- files -------------------------------------------------------------------------
-    def save_mask(self, path: Path) -> Path:
-        """Binary PNG at the original size: 1-bit, white inside the mask, black outside."""
-        Image.fromarray(self.mask).save(path)  # bool -> mode "1": small and fast to write
-        return path
+    def mask_png(self) -> bytes:
+        """Binary PNG at the photo's size: 1-bit, white inside the mask, black outside."""
+        return encode_1bit(self.mask if "mask" in self.__dict__ else self.runs.to_mask())
 
-    def overlay(self, image: Image.Image, max_side: int = OVERLAY_MAX_SIDE) -> Image.Image:
-        """The photo with the soft map as a tint and the largest region's box outlined."""
+    def overlay(self, image: Image.Image, max_side: int | None = None) -> Image.Image:
+        """The photo with the soft map as a tint and the largest region's box outlined.
+
+        Drawn at the given image's size (a preview from `see`, or a full decode),
+        shrunk to max_side on the long side when given.
+        """
         w, h = self.size
-        s = min(1.0, max_side / max(w, h))
-        ow, oh = max(1, round(w * s)), max(1, round(h * s))
+        ow, oh = image.size
+        if max_side and max(ow, oh) > max_side:
+            s = max_side / max(ow, oh)
+            ow, oh = max(1, round(ow * s)), max(1, round(oh * s))
         base = image if image.size == (ow, oh) else image.resize((ow, oh), Image.BILINEAR)
-        soft = self.soft
-        if soft.shape != (oh, ow):
-            soft = (
-                stretch(self.source, (ow, oh))
-                if self.source is not None
-                else stretch(soft, (ow, oh))
-            )
+        soft = self.soft if (ow, oh) == self.size else stretch(self.source, (ow, oh))
         alpha = Image.fromarray(
             (np.clip(soft, 0, 1) * (OVERLAY_ALPHA * 255) + 0.5).astype(np.uint8)
         )
         out = Image.composite(Image.new("RGB", (ow, oh), OVERLAY_TINT), base.convert("RGB"), alpha)
         box = self.bbox_largest
         if box is not None:
+            sx, sy = ow / w, oh / h
             x0, y0, x1, y1 = box
             line = max(2, round(max(ow, oh) / 250))
             ImageDraw.Draw(out).rectangle(
-                (x0 * s, y0 * s, max(x0 * s, x1 * s - 1), max(y0 * s, y1 * s - 1)),
+                (x0 * sx, y0 * sy, max(x0 * sx, x1 * sx - 1), max(y0 * sy, y1 * sy - 1)),
                 outline=OVERLAY_TINT,
                 width=line,
             )
         return out
 
-    def save_overlay(
-        self, path: Path, image: Image.Image, max_side: int = OVERLAY_MAX_SIDE
-    ) -> Path:
-        self.overlay(image, max_side).save(path, quality=88)
+    def overlay_jpeg(self, image: Image.Image, max_side: int | None = None) -> bytes:
+        buf = io.BytesIO()
+        self.overlay(image, max_side).save(buf, "JPEG", quality=OVERLAY_QUALITY)
+        return buf.getvalue()
+
+    def save_mask(self, path: Path) -> Path:
+        Path(path).write_bytes(self.mask_png())
+        return path
+
+    def save_overlay(self, path: Path, image: Image.Image, max_side: int | None = None) -> Path:
+        Path(path).write_bytes(self.overlay_jpeg(image, max_side))
         return path
 
 
@@ -271,9 +224,53 @@ def plan_parallelism(k: int, cores: int | None = None) -> tuple[int, int]:
     return workers, max(1, cores // workers)
 
 
-def open_for_mask(path: str | Path) -> tuple[Image.Image, tuple[int, int]]:
-    """Decode in viewing orientation; big JPEGs decode at reduced scale (enough for 352 and overlays)."""
-    return decode(Path(path), draft_size=OVERLAY_MAX_SIDE // 2)
+def open_for_mask(path: str | Path, full_size: bool = False) -> tuple[Image.Image, tuple[int, int]]:
+    """Decode in viewing orientation; big JPEGs decode reduced (libjpeg scaling) to at least
+    twice CLIPSeg's input on each side, which also covers a preview overlay."""
+    return decode(Path(path), draft_size=None if full_size else CLIPSEG_IMAGE_SIZE)
+
+
+def preview_base(image: Image.Image, size: tuple[int, int]) -> Image.Image:
+    """The decoded image at preview size: at most PREVIEW_MAX_SIDE on the long side and never
+    larger than decoded; the photo's aspect ratio (size) within a pixel."""
+    w, h = size
+    s = min(1.0, PREVIEW_MAX_SIDE / max(w, h), image.width / w, image.height / h)
+    pw, ph = max(1, round(w * s)), max(1, round(h * s))
+    return image if image.size == (pw, ph) else image.resize((pw, ph), Image.BILINEAR)
+
+
+def seen_image(model, image: Image.Image, size: tuple[int, int]) -> Seen:
+    """One vision pass over a decoded image, kept with its preview."""
+    return Seen(preview_base(image, size), size, model.image_features(image))
+
+
+_CACHES: weakref.WeakKeyDictionary[Any, VisionCache] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+def vision_cache(model) -> VisionCache:
+    """The process's cache of recent vision passes through this model."""
+    with _CACHES_LOCK:
+        cache = _CACHES.get(model)
+        if cache is None:
+            cache = _CACHES[model] = VisionCache(VISION_CACHE)
+        return cache
+
+
+def see(model, path: str | Path) -> Seen:
+    """Decode and run the vision graph on a file, or reuse the pass of an unchanged file."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
+    key = (os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def compute() -> Seen:
+        image, size = open_for_mask(path)
+        return seen_image(model, image, size)
+
+    return vision_cache(model).get(key, compute)
 
 
 def mask_image(
@@ -292,28 +289,56 @@ def slug(text: str, limit: int = 40) -> str:
     return s[:limit].rstrip("-") or "prompt"
 
 
+def file_base(stem: str, prompt: str, rank: int | None = None) -> str:
+    """[<rank>-]<stem>.<prompt-slug>: the name before .mask.png / .overlay.jpg.
+
+    The prompt is in the name so that masks of several prompts share a folder;
+    search hits lead with their rank, so the folder lists in result order.
+    """
+    return f"{rank}-{stem}.{slug(prompt)}" if rank is not None else f"{stem}.{slug(prompt)}"
+
+
+def write_mask_files(
+    res: MaskResult, seen: Seen, out_dir: Path, base: str, full_size_path: Path | None = None
+) -> dict[str, str]:
+    """<base>.mask.png (photo size) and <base>.overlay.jpg (preview, or the photo's size when
+    full_size_path names the file to decode at full size)."""
+    image = seen.image
+    if full_size_path is not None:
+        image, _ = open_for_mask(full_size_path, full_size=True)
+    mask = res.save_mask(out_dir / f"{base}.mask.png")
+    overlay = res.save_overlay(out_dir / f"{base}.overlay.jpg", image)
+    return {"mask": str(mask), "overlay": str(overlay)}
+
+
 def mask_file(
-    model, path: str | Path, prompts: Sequence[str], out_dir: Path | None = None
+    model,
+    path: str | Path,
+    prompts: Sequence[str],
+    out_dir: Path | None = None,
+    full_size_overlays: bool = False,
 ) -> list[tuple[MaskResult, dict[str, str]]]:
-    """Masks of several prompts on one image; with out_dir, writes <stem>.<prompt>.mask.png / .overlay.jpg."""
+    """Masks of several prompts on one image (one vision pass); with out_dir, writes
+    <stem>.<prompt>.mask.png / .overlay.jpg (a repeated prompt slug gets -2, -3, ...)."""
     path = Path(path)
     try:
-        image, size = open_for_mask(path)
+        seen = see(model, path)
     except DecodeError as exc:
         raise WhereinError(f"{path}: {exc}") from None
-    results = mask_image(model, image, size, prompts)
     out: list[tuple[MaskResult, dict[str, str]]] = []
     used: set[str] = set()
-    for res in results:
+    for prompt in prompts:
+        res = MaskResult.from_probability(
+            prompt, model.decode(seen.features, model.encode_prompt(prompt)), seen.size
+        )
         files: dict[str, str] = {}
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            name, i = f"{path.stem}.{slug(res.prompt)}", 2
+            name, i = file_base(path.stem, prompt), 2
             while name in used:
-                name, i = f"{path.stem}.{slug(res.prompt)}-{i}", i + 1
+                name, i = f"{file_base(path.stem, prompt)}-{i}", i + 1
             used.add(name)
-            files["mask"] = str(res.save_mask(out_dir / f"{name}.mask.png"))
-            files["overlay"] = str(res.save_overlay(out_dir / f"{name}.overlay.jpg", image))
+            files = write_mask_files(res, seen, out_dir, name, path if full_size_overlays else None)
         out.append((res, files))
     return out
 
@@ -354,24 +379,27 @@ def add_masks_to_hits(
     min_mask_area: float | None = None,
     model=None,
     on_error: Callable[[Any, str], None] | None = None,
+    full_size_overlays: bool = False,
 ) -> list:
-    """Mask `prompt` on each hit's image; write <out_dir>/<rank>-<stem>.mask.png and .overlay.jpg.
+    """Mask `prompt` on each hit's image; write <out_dir>/<rank>-<stem>.<prompt>.mask.png and
+    .overlay.jpg.
 
     Returns new hits (same order, ranks unchanged) with mask_path, overlay_path,
     bbox = {"largest": box of the largest 4-connected region, "union": box of all
     regions} (None when the mask is empty), boxes [x0, y0, x1, y1] in original
     viewing-orientation pixels with x1/y1 exclusive, mask_area (fraction of the
-    image) and mask_score (mean probability inside the mask). With
-    min_mask_area, hits whose mask covers less are dropped; a hit whose file
-    cannot be decoded any more keeps None mask fields (and is dropped when
-    min_mask_area is set). The prompt's cond is computed once; masks run in a
-    long-lived thread pool (its threads keep their interpreters between
-    searches), workers x interpreter threads ~ cores.
+    image) and mask_score (mean probability inside the mask). The mask PNG is at
+    the photo's size; the overlay is a preview (long side <= PREVIEW_MAX_SIDE)
+    unless full_size_overlays. With min_mask_area, hits whose mask covers less
+    are dropped and get no files; a hit whose file cannot be decoded any more
+    keeps None mask fields (and is dropped when min_mask_area is set). The
+    prompt's cond is computed once and vision passes are reused across calls
+    (`see`); masks run in a long-lived thread pool (its threads keep their
+    interpreters between searches), workers x interpreter threads ~ cores.
     """
     if not hits:
         return []
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     workers, threads = plan_parallelism(len(hits))
     if model is None:
         from wherein.indexer.models.clipseg import load_cached
@@ -382,22 +410,25 @@ def add_masks_to_hits(
     def one(hit: Any) -> dict[str, Any]:
         path = Path(_hit_get(hit, "path"))
         try:
-            image, size = open_for_mask(path)
+            seen = see(model, path)
         except DecodeError as exc:
             if on_error is not None:
                 on_error(hit, str(exc))
             return dict.fromkeys(HIT_MASK_FIELDS)
-        res = MaskResult.from_probability(
-            prompt, model.decode(model.image_features(image), cond), size
-        )
-        stem = f"{_hit_get(hit, 'rank')}-{path.stem}"
-        return {
-            "mask_path": str(res.save_mask(out_dir / f"{stem}.mask.png")),
-            "overlay_path": str(res.save_overlay(out_dir / f"{stem}.overlay.jpg", image)),
+        res = MaskResult.from_probability(prompt, model.decode(seen.features, cond), seen.size)
+        values = {
+            "mask_path": None,
+            "overlay_path": None,
             "bbox": res.bbox,
             "mask_area": round(res.area, 6),
             "mask_score": round(res.score, 6),
         }
+        if min_mask_area is not None and values["mask_area"] < min_mask_area:
+            return values  # dropped below: no files for it
+        out_dir.mkdir(parents=True, exist_ok=True)
+        base = file_base(path.stem, prompt, _hit_get(hit, "rank"))
+        files = write_mask_files(res, seen, out_dir, base, path if full_size_overlays else None)
+        return {**values, "mask_path": files["mask"], "overlay_path": files["overlay"]}
 
     values = [one(h) for h in hits] if workers == 1 else list(_pool(workers).map(one, hits))
     out = []

@@ -2,15 +2,16 @@
 
 INDEX/cache/masks/<id>-<sha256[:16]>/<prompt-slug>-<sha256(prompt)[:12]>.{json,overlay.jpg,mask.png}
 
-The vision pass (the expensive part) of the last few images is kept in memory,
-so trying several prompts on one image costs one vision pass and one decoder
-run per prompt. The prompt only reaches file names as a slug plus a hash.
+The vision pass (the expensive part) of the last few images is kept in memory
+(with the image decoded reduced, as a preview), so trying several prompts on
+one image costs one vision pass and one decoder run per prompt. The overlay is
+a preview (long side <= masking.PREVIEW_MAX_SIDE); the mask PNG is at the
+image's size. The prompt only reaches file names as a slug plus a hash.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import threading
 from collections import OrderedDict
@@ -18,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
-
 from wherein.indexer.imaging import DecodeError, decode
 from wherein.schemas.errors import WhereinError
+from wherein.schemas.models import CLIPSEG_IMAGE_SIZE
+from wherein.search.localize.vision_cache import Seen, VisionCache
 from wherein.search.web.files import FileChanged, IndexedFile, read_verified
 from wherein.search.web.thumbs import _write_atomic
 
 MAX_PROMPT_CHARS = 200
-FEATURE_CACHE = 6  # vision outputs are ~4.5 MB per image
+FEATURE_CACHE = 8  # images whose vision pass is kept: ~4.5 MB of t3/t6/t9 + a preview each
 MEMORY_CACHE = 32  # results kept in memory when the index folder is read-only
 KINDS = {"overlay": ("overlay.jpg", "image/jpeg"), "mask": ("mask.png", "image/png")}
 
@@ -63,12 +64,15 @@ class MaskService:
         self.models_root = Path(models_root)
         self.dir = cache_dir
         self.threads = threads
-        self.vision_passes = 0
         self.decoder_runs = 0
-        self._features: OrderedDict[str, tuple[Image.Image, tuple[int, int], Any]] = OrderedDict()
+        self._seen = VisionCache(FEATURE_CACHE)
         self._memory: OrderedDict[str, MaskEntry] = OrderedDict()
         self._lock = threading.Lock()
         self._image_locks: dict[str, threading.Lock] = {}
+
+    @property
+    def vision_passes(self) -> int:
+        return self._seen.passes
 
     @property
     def model(self):
@@ -116,13 +120,13 @@ class MaskService:
         from wherein.search.localize.masking import MaskResult
 
         model = self.model
-        image, size, feats = self._vision(f, model)
+        seen = self._vision(f, model)
         res = MaskResult.from_probability(
-            prompt, model.decode(feats, model.encode_prompt(prompt)), size
+            prompt, model.decode(seen.features, model.encode_prompt(prompt)), seen.size
         )
         self.decoder_runs += 1
         summary = {"id": f.id, **res.summary()}
-        blobs = {"overlay": _jpeg(res.overlay(image)), "mask": _png(res)}
+        blobs = {"overlay": res.overlay_jpeg(seen.image), "mask": res.mask_png()}
         folder = self._folder(f)
         if folder is not None:
             try:
@@ -144,38 +148,20 @@ class MaskService:
                 self._memory.popitem(last=False)
         return MaskEntry({**summary, "cached": False}, entry.files)
 
-    def _vision(self, f: IndexedFile, model):
-        with self._lock:
-            got = self._features.get(f.key)
-            if got is not None:
-                self._features.move_to_end(f.key)
-                return got
-        from wherein.search.localize.masking import OVERLAY_MAX_SIDE
+    def _vision(self, f: IndexedFile, model) -> Seen:
+        from wherein.search.localize.masking import seen_image
 
-        try:
-            image, size = decode(read_verified(f), draft_size=OVERLAY_MAX_SIDE // 2)
-        except DecodeError as exc:
-            raise FileChanged(f"image {f.id}: the indexed file no longer decodes ({exc})") from None
-        feats = model.image_features(image)
-        self.vision_passes += 1
-        with self._lock:
-            self._features[f.key] = (image, size, feats)
-            while len(self._features) > FEATURE_CACHE:
-                self._features.popitem(last=False)
-        return image, size, feats
+        def compute() -> Seen:
+            try:
+                image, size = decode(read_verified(f), draft_size=CLIPSEG_IMAGE_SIZE)
+            except DecodeError as exc:
+                raise FileChanged(
+                    f"image {f.id}: the indexed file no longer decodes ({exc})"
+                ) from None
+            return seen_image(model, image, size)
+
+        return self._seen.get(f.key, compute)
 
     def _image_lock(self, key: str) -> threading.Lock:
         with self._lock:
             return self._image_locks.setdefault(key, threading.Lock())
-
-
-def _jpeg(img: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=88)
-    return buf.getvalue()
-
-
-def _png(res) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(res.mask).save(buf, "PNG")
-    return buf.getvalue()

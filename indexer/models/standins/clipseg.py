@@ -4,9 +4,12 @@ vision  [1,3,352,352] (ImageNet-normalised) -> t3, t6, t9 [1,485,768]
 text    token embeddings [1,77,512]         -> hidden [1,77,512]
 decoder t3, t6, t9, cond [1,512]            -> logits [1,352,352]
 
-The mask follows the prompt's colour: t3 carries per-patch colour histograms,
-t6 and t9 carry the same histograms with the colours permuted, so a host that
-binds decoder inputs in the wrong order gets a wrong mask, not just noise.
+The mask follows the prompt's colour: t3, t6 and t9 each carry the per-patch
+colour histograms, each in its own basis (the colours permuted differently per
+slot). The decoder reads every slot in that slot's basis and averages the
+three, so all three are needed: with any two of them bound in each other's
+place, two thirds of the evidence names other colours and the prompt's colour
+stays below p = 0.5 (an empty or misplaced mask, not just noise).
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ def feature_basis() -> np.ndarray:
     return P.orthonormal_rows(P.K, CLIPSEG_WIDTH, "clipseg-features")  # [K, 768]
 
 
+def slot_bases() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The [K, 768] basis of t3, t6 and t9: colour k of slot i is row k of its basis."""
+    basis = feature_basis()
+    return basis, basis[np.argsort(PERM_T6)], basis[np.argsort(PERM_T9)]
+
+
 def cond_basis() -> np.ndarray:
     return P.orthonormal_rows(P.K, CLIPSEG_TEXT_WIDTH, "clipseg-cond")  # [K, 512]
 
@@ -47,7 +56,7 @@ def vision_module():
     from torch import nn
 
     weight, bias = P.soft_assignment_params()
-    basis = torch.from_numpy(feature_basis())
+    b3, b6, b9 = (torch.from_numpy(b) for b in slot_bases())
 
     class ColourVision(nn.Module):
         def __init__(self) -> None:
@@ -57,9 +66,9 @@ def vision_module():
             self.assign.bias.data = torch.from_numpy(bias)
             self.register_buffer("mean", torch.tensor(CLIPSEG_MEAN).view(1, 3, 1, 1))
             self.register_buffer("std", torch.tensor(CLIPSEG_STD).view(1, 3, 1, 1))
-            self.register_buffer("b3", basis.clone())
-            self.register_buffer("b6", basis[torch.from_numpy(np.argsort(PERM_T6))].clone())
-            self.register_buffer("b9", basis[torch.from_numpy(np.argsort(PERM_T9))].clone())
+            self.register_buffer("b3", b3.clone())
+            self.register_buffer("b6", b6.clone())
+            self.register_buffer("b9", b9.clone())
 
         def forward(self, x):
             a = torch.softmax(self.assign(x * self.std + self.mean), dim=1)
@@ -96,27 +105,30 @@ def decoder_module():
     import torch.nn.functional as F
     from torch import nn
 
-    fb = torch.from_numpy(feature_basis())
+    b3, b6, b9 = (torch.from_numpy(b) for b in slot_bases())
     cb = torch.from_numpy(cond_basis())
 
     class ColourDecoder(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.register_buffer("fb", fb)
+            self.register_buffer("b3", b3)
+            self.register_buffer("b6", b6)
+            self.register_buffer("b9", b9)
             self.register_buffer("cb", cb)
 
         def forward(self, t3, t6, t9, cond):
             c = cond @ self.cb.T  # [1, K]: how much of each colour the prompt names
             c = c / (c.norm(dim=1, keepdim=True) + 1e-3)
-            hist = t3[:, 1:, :] @ self.fb.T  # [1, 484, K]
+            # Each slot read in its own basis: [1, 484, K] colour histograms, averaged.
+            hist = (
+                t3[:, 1:, :] @ self.b3.T + t6[:, 1:, :] @ self.b6.T + t9[:, 1:, :] @ self.b9.T
+            ) / 3.0
             score = (hist @ c.T).reshape(1, 1, GRID, GRID)
             logits = LOGIT_GAIN * (score - 0.5)
             up = F.interpolate(
                 logits, size=(CLIPSEG_IMAGE_SIZE, CLIPSEG_IMAGE_SIZE), mode="bilinear"
             )
-            # t6/t9 stay live inputs of the graph (a converter drops unused ones).
-            keep = 1e-6 * (t6[:, :1, :1] + t9[:, :1, :1]).reshape(1, 1, 1)
-            return up[:, 0] + keep
+            return up[:, 0]
 
     return ColourDecoder().eval()
 
