@@ -10,7 +10,10 @@ from pathlib import Path
 import click
 
 from wherein.search.cli.common import friendly_errors, index_option, json_option, models_option
-from wherein.search.curate.export import EXPORT_FORMATS  # light: no numpy/faiss/torch
+from wherein.search.curate.export import (  # light: no numpy/faiss/torch
+    EXPORT_FORMATS,
+    LABEL_FORMATS,
+)
 
 
 def register(cli: click.Group) -> None:
@@ -37,9 +40,10 @@ def output_options(f: Callable) -> Callable:
             click.option(
                 "--export",
                 "export_path",
-                type=click.Path(dir_okay=False, path_type=Path),
+                type=click.Path(path_type=Path),  # a folder for .yolo/.masks
                 default=None,
-                help="Also write the rows to FILE (.csv, .jsonl or .parquet).",
+                help="Also write the rows to FILE (.csv, .jsonl or .parquet); with --mask, "
+                "the masks as labels (.coco.json, a .yolo or .masks folder).",
             ),
             click.option(
                 "--format",
@@ -60,7 +64,9 @@ def output_options(f: Callable) -> Callable:
         if kwargs.get("export_path") is not None:
             from wherein.search.curate.export import check_export
 
-            check_export(kwargs["export_path"], kwargs.get("export_fmt"))
+            fmt = check_export(kwargs["export_path"], kwargs.get("export_fmt"))
+            if fmt in LABEL_FORMATS and not kwargs.get("mask"):
+                raise click.UsageError(f"a {fmt} export holds masks: add --mask")
         elif kwargs.get("export_fmt"):
             raise click.UsageError("--format only applies with --export FILE")
         return f(*args, **kwargs)
@@ -69,16 +75,30 @@ def output_options(f: Callable) -> Callable:
 
 
 def _emit(
-    hits, as_json: bool, fmt: str | None, export_path, export_fmt, table: Callable[[list], str]
+    hits,
+    as_json: bool,
+    fmt: str | None,
+    export_path,
+    export_fmt,
+    table: Callable[[list], str],
+    prompt: str | None = None,
+    labels=None,
 ) -> str:
-    """Export (when asked), then print in the chosen format; returns the format used."""
+    """Export (when asked), then print in the chosen format; returns the format used.
+
+    prompt/labels: what the masks show, for label exports (see write_export).
+    """
     from wherein.search import output
-    from wherein.search.curate.export import write_export
+    from wherein.search.curate.export import export_format, write_export
 
     fmt = "json" if as_json else (fmt or "table")
     if export_path:
-        write_export(hits, export_path, export_fmt)
-        click.echo(f"exported {len(hits)} row(s) to {export_path}", err=True)
+        write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels)
+        if export_format(export_path, export_fmt) in LABEL_FORMATS:
+            masked = sum(1 for h in hits if h.mask_path)
+            click.echo(f"exported the masks of {masked} image(s) to {export_path}", err=True)
+        else:
+            click.echo(f"exported {len(hits)} row(s) to {export_path}", err=True)
     if fmt == "table":
         text = table(hits)
         sys.stdout.write(text + ("\n" if text else ""))
@@ -95,6 +115,13 @@ def _standin_note(searcher_or_models, fmt_is_table: bool) -> None:
             fg="yellow",
             err=True,
         )
+
+
+def _stored_labels(searcher, hits):
+    """Each hit's most likely label from `wherein label`, to name its mask in an export."""
+    from wherein.search.localize.export import best_labels
+
+    return best_labels(searcher.store.catalog, [h.id for h in hits])
 
 
 def _pixels(h) -> str:
@@ -166,6 +193,12 @@ def _path(h) -> str:
     default=None,
     help="Folder for masks and overlays [default: ./wherein-masks].",
 )
+@click.option(
+    "--category-from-labels",
+    is_flag=True,
+    help="In a mask export, name each image's mask by its most likely label from "
+    "`wherein label` instead of by the query.",
+)
 @output_options
 @models_option
 @friendly_errors
@@ -181,6 +214,7 @@ def select(
     flat,
     mask,
     out_dir,
+    category_from_labels,
     as_json,
     fmt,
     export_path,
@@ -195,6 +229,7 @@ def select(
       wherein select "a cat" -p 0.3 --max 500 --copy-to ~/datasets/cats
       wherein select dog -p 0.5 --link-to ./dogs --flat --nl
       wherein select "a red car" -p 0.5 --mask --out masks/ --export cars.parquet
+      wherein select dog -p 0.5 --mask --export dogs.coco.json
     """
     from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
     from wherein.search import output
@@ -207,6 +242,8 @@ def select(
         raise click.UsageError("--flat only applies with --copy-to or --link-to")
     if out_dir and not mask:
         raise click.UsageError("--out only applies with --mask")
+    if category_from_labels and not (mask and export_path):
+        raise click.UsageError("--category-from-labels only applies with --mask --export")
     q = Query.build(list(query))
     q.validate()
     if not q.has_text:
@@ -218,14 +255,15 @@ def select(
         _standin_note(searcher, table)
         hits = S.select(searcher, q, min_probability, limit, under=list(under), glob=list(glob))
         models_root = searcher.models.root
+        labels = _stored_labels(searcher, hits) if category_from_labels else None
     dest = copy_to or link_to
     placements = (
         S.plan(hits, dest, "flat" if flat else "tree") if dest else []
     )  # checked before any work
-    if mask:
-        prompt = next(t.value for t in q.text_terms if t.weight > 0)
+    prompt = next(t.value for t in q.text_terms if t.weight > 0) if mask else None
+    if prompt:
         hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root)
-    _emit(hits, as_json, fmt, export_path, export_fmt, output.to_table)
+    _emit(hits, as_json, fmt, export_path, export_fmt, output.to_table, prompt, labels)
     if dest:
         made = S.materialise(placements, "link" if link_to else "copy")
         click.echo(f"{'linked' if link_to else 'copied'} {len(made)} file(s) into {dest}", err=True)

@@ -8,6 +8,10 @@ from pathlib import Path
 import click
 
 from wherein.search.cli.common import friendly_errors, index_option, json_option, models_option
+from wherein.search.curate.export import (  # light: no numpy/faiss/torch
+    EXPORT_FORMATS,
+    LABEL_FORMATS,
+)
 
 SORT_KEYS = ("score", "date", "path", "size")  # mirrors api.SORT_KEYS (api imports numpy/faiss)
 
@@ -112,6 +116,27 @@ def register(cli: click.Group) -> None:
     default=None,
     help="Drop hits whose mask covers less than this fraction of the image.",
 )
+@click.option(
+    "--export",
+    "export_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the hits to FILE (.csv, .jsonl, .parquet); with --mask, the masks as "
+    "labels (.coco.json, a .yolo or .masks folder).",
+)
+@click.option(
+    "--format",
+    "export_fmt",
+    type=click.Choice(EXPORT_FORMATS),
+    default=None,
+    help="Export format [default: from the FILE extension].",
+)
+@click.option(
+    "--category-from-labels",
+    is_flag=True,
+    help="In a mask export, name each image's mask by its most likely label from "
+    "`wherein label` instead of by the mask prompt.",
+)
 @index_option
 @models_option
 @friendly_errors
@@ -135,6 +160,9 @@ def search(
     mask_prompt,
     out_dir,
     min_mask_area,
+    export_path,
+    export_fmt,
+    category_from_labels,
     index_dir,
     models_dir,
 ):
@@ -145,6 +173,7 @@ def search(
       wherein search beach - people            (beach, but not people)
       wherein search "sunset:2" + sea --like ref.jpg -k 20
       wherein search dog --min-probability 0.3 --under ~/Photos --sort date --json
+      wherein search dog -p 0.5 --mask --export dogs.coco.json
     """
     from wherein.indexer import paths as P
     from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
@@ -154,6 +183,15 @@ def search(
     fmt = "json" if as_json else (fmt or "table")
     q = Query.build(list(query), add=add, subtract=subtract, like=like, unlike=unlike)
     q.validate()
+    if export_path is not None:  # a bad destination fails now, not after the search
+        from wherein.search.curate.export import check_export
+
+        if check_export(export_path, export_fmt) in LABEL_FORMATS and not mask:
+            raise click.UsageError("a mask export (.coco.json, .yolo, .masks) needs --mask")
+    elif export_fmt:
+        raise click.UsageError("--format only applies with --export FILE")
+    if category_from_labels and not (mask and export_path):
+        raise click.UsageError("--category-from-labels only applies with --mask --export")
     with open_index(
         index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
     ) as searcher:
@@ -174,6 +212,12 @@ def search(
             reverse=reverse,
         )
         models_root = searcher.models.root
+        labels = None
+        if category_from_labels:
+            from wherein.search.localize.export import best_labels
+
+            labels = best_labels(searcher.store.catalog, [h.id for h in hits])
+    prompt = None
     if mask:
         prompt = mask_prompt or next((t.value for t in q.text_terms if t.weight > 0), None)
         if not prompt:
@@ -183,6 +227,11 @@ def search(
         hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root, min_mask_area)
     elif mask_prompt or out_dir or min_mask_area is not None:
         raise click.UsageError("--mask-prompt, --out and --min-mask-area only apply with --mask")
+    if export_path is not None:
+        from wherein.search.curate.export import write_export
+
+        write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels)
+        click.echo(f"exported {len(hits)} hit(s) to {export_path}", err=True)
     sys.stdout.write(output.render(hits, fmt))
     if fmt == "table":
         stale = sum(not h.exists for h in hits)

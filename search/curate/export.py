@@ -7,6 +7,11 @@ text), JSON lines exactly what `--nl` prints. Parquet keeps nested values as
 structs; it needs pyarrow, which comes with the ``wherein[scale]`` extra.
 Files are written to a temporary name and renamed, so a failed export never
 leaves a truncated file behind.
+
+Hits with masks (``--mask``) can also go out as dataset labels: COCO instances
+(``*.coco.json``), a YOLO segmentation folder (``*.yolo`` or ``--format yolo``)
+or PNG masks with a manifest (``*.masks`` or ``--format masks``); see
+wherein.search.localize.export.
 """
 
 from __future__ import annotations
@@ -15,12 +20,19 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import Hit
 
-EXPORT_FORMATS = ("csv", "jsonl", "parquet")
+if TYPE_CHECKING:  # numpy-free at import: the CLI imports this module for its choices
+    from wherein.search.localize.export import StoredLabels
+
+TABLE_FORMATS = ("csv", "jsonl", "parquet")
+LABEL_FORMATS = ("coco", "yolo", "masks")  # masks as dataset labels (needs --mask)
+EXPORT_FORMATS = TABLE_FORMATS + LABEL_FORMATS
+# Checked before the plain extensions: "dogs.coco.json" is COCO, not JSON lines.
+_LABEL_SUFFIXES = {".coco.json": "coco", ".yolo": "yolo", ".masks": "masks"}
 _EXTENSIONS = {
     ".csv": "csv",
     ".jsonl": "jsonl",
@@ -44,11 +56,15 @@ def export_format(path: str | Path, fmt: str | None = None) -> str:
                 f"unknown export format {fmt!r} (choose from {', '.join(EXPORT_FORMATS)})"
             )
         return fmt
+    name = Path(path).name.lower()
+    for suffix, label_fmt in _LABEL_SUFFIXES.items():
+        if name.endswith(suffix):
+            return label_fmt
     ext = Path(path).suffix.lower()
     if ext not in _EXTENSIONS:
         raise ExportError(
             f"{path}: cannot tell the export format from the extension {ext or '(none)'!r}; "
-            f"use .csv, .jsonl or .parquet, or --format"
+            f"use .csv, .jsonl, .parquet, .coco.json, .yolo or .masks, or --format"
         )
     return _EXTENSIONS[ext]
 
@@ -59,17 +75,40 @@ def check_export(path: str | Path, fmt: str | None = None) -> str:
     fmt = export_format(path, fmt)
     if fmt == "parquet":
         _pyarrow()
+    if fmt in LABEL_FORMATS:
+        from wherein.search.localize.export import check_destination
+
+        check_destination(path, fmt)
+        return fmt
+    if path.is_dir():
+        raise ExportError(f"{path}: is a folder (a {fmt} export is one file)")
     if not path.parent.is_dir():
         raise ExportError(f"{path}: folder {path.parent} does not exist")
     return fmt
 
 
-def write_export(hits: Sequence[Hit], path: str | Path, fmt: str | None = None) -> Path:
-    """Write hits to path; returns the path. Raises ExportError for a bad format or a missing pyarrow."""
+def write_export(
+    hits: Sequence[Hit],
+    path: str | Path,
+    fmt: str | None = None,
+    prompt: str | None = None,
+    labels: StoredLabels | None = None,
+) -> Path:
+    """Write hits to path; returns the path. Raises ExportError for a bad format or a missing pyarrow.
+
+    Label formats need hits with masks; their category is prompt (what was
+    segmented), or the image's best label from `wherein label` when labels are given.
+    """
     from wherein.search import output
 
     path = Path(path)
     fmt = export_format(path, fmt)
+    if fmt in LABEL_FORMATS:
+        if prompt is None:
+            raise ExportError(f"a {fmt} export holds masks: ask for them with --mask")
+        from wherein.search.localize.export import export_hits
+
+        return export_hits(hits, path, fmt, prompt, labels)[0]
     if fmt == "parquet":
         data = _parquet_bytes(hits)
     elif fmt == "csv":
@@ -94,6 +133,8 @@ def read_export(path: str | Path, fmt: str | None = None) -> list[dict[str, Any]
 
     path = Path(path)
     fmt = export_format(path, fmt)
+    if fmt in LABEL_FORMATS:
+        raise ExportError(f"{path}: a {fmt} export holds labels, not hit rows")
     if fmt == "parquet":
         pq = _pyarrow()[1]
         rows = pq.read_table(path).to_pylist()

@@ -1,0 +1,74 @@
+"""COCO instances JSON: one annotation per mask, segmentation as compressed RLE (pycocotools).
+
+Image ids are catalog ids; ``file_name`` is the image's absolute path (tools
+join it to their image root, and joining onto an absolute path keeps it).
+Annotation ids count from 1 in the order images were merged. Each mask is one
+annotation with ``iscrowd`` 0 even when it has several separate regions (CLIPSeg
+masks are per prompt, not per object); ``score`` is the mask's mean probability.
+An image whose mask is empty is listed without annotations.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wherein.search.localize.export import Categories, LabelledImage, Piece
+
+
+def rle(mask: np.ndarray) -> dict[str, Any]:
+    """Compressed RLE of a bool [H, W] mask, JSON-ready (counts as text)."""
+    from pycocotools import mask as mask_utils
+
+    enc = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return {"size": [int(enc["size"][0]), int(enc["size"][1])], "counts": enc["counts"].decode()}
+
+
+def encode(item: LabelledImage, categories: Categories) -> Piece:
+    from pycocotools import mask as mask_utils
+
+    annotations = []
+    for inst in item.instances:
+        if not inst.mask.any():
+            continue
+        seg = rle(inst.mask)
+        coded = {"size": seg["size"], "counts": seg["counts"].encode()}
+        ann: dict[str, Any] = {
+            "image_id": item.id,
+            "category_id": categories.index(inst.category) + 1,
+            "segmentation": seg,
+            "area": int(mask_utils.area(coded)),
+            "bbox": [float(v) for v in mask_utils.toBbox(coded)],
+            "iscrowd": 0,
+        }
+        if inst.score is not None:
+            ann["score"] = round(float(inst.score), 6)
+        annotations.append(ann)
+    image = {"id": item.id, "file_name": item.path, "width": item.width, "height": item.height}
+    return Piece(item.id, {"image": image, "annotations": annotations})
+
+
+def finish(records: list[dict[str, Any]], categories: Categories, dest: Path) -> dict[str, bytes]:
+    images, annotations = [], []
+    for rec in records:
+        images.append(rec["image"])
+        for ann in rec["annotations"]:
+            annotations.append({"id": len(annotations) + 1, **ann})
+    doc = {
+        "info": {
+            "description": "masks exported by wherein",
+            "date_created": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+        "licenses": [],
+        "images": images,
+        "annotations": annotations,
+        "categories": [
+            {"id": i + 1, "name": name, "supercategory": ""}
+            for i, name in enumerate(categories.names)
+        ],
+    }
+    return {dest.name: json.dumps(doc, ensure_ascii=False).encode()}

@@ -1,0 +1,65 @@
+"""YOLO segmentation dataset: images/ (symlinks), labels/*.txt polygons, images.txt, data.yaml.
+
+Layout (what Ultralytics expects: a label's path is its image's path with
+/images/ -> /labels/ and the extension -> .txt)::
+
+    DEST/images/<stem>-<id>.<ext>   symlink to the original file
+    DEST/labels/<stem>-<id>.txt     one line per outline: class x1 y1 x2 y2 ... in [0, 1]
+    DEST/images.txt                 ./images/<stem>-<id>.<ext>, one per line
+    DEST/data.yaml                  path, train/val = images.txt, names
+
+Polygons are the outer outlines of each mask (pixel-corner coordinates,
+simplified by 1 px; holes cannot be expressed in YOLO's format and are
+filled), normalised by the image's viewing size. An empty mask gives an empty
+label file: a background image.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from wherein.search.localize.contours import polygons
+from wherein.search.localize.export import Categories, LabelledImage, Piece, base_name
+
+TOLERANCE_PX = 1.0
+
+
+def label_lines(item: LabelledImage, categories: Categories) -> list[str]:
+    lines = []
+    for inst in item.instances:
+        cls = categories.index(inst.category)
+        for poly in polygons(inst.mask, TOLERANCE_PX):
+            xy = poly / [item.width, item.height]
+            coords = " ".join(f"{v:.6f}" for v in xy.clip(0, 1).ravel())
+            lines.append(f"{cls} {coords}")
+    return lines
+
+
+def encode(item: LabelledImage, categories: Categories) -> Piece:
+    name = base_name(item)
+    image = f"images/{name}{Path(item.path).suffix}"
+    lines = label_lines(item, categories)
+    return Piece(
+        item.id,
+        {"id": item.id, "image": image, "path": item.path},
+        files={f"labels/{name}.txt": "".join(f"{line}\n" for line in lines).encode()},
+        links={image: str(Path(item.path).absolute())},
+    )
+
+
+def finish(records: list[dict[str, Any]], categories: Categories, dest: Path) -> dict[str, bytes]:
+    listing = "".join(f"./{r['image']}\n" for r in records)
+    names = "".join(
+        f"  {i}: {json.dumps(n, ensure_ascii=False)}\n" for i, n in enumerate(categories.names)
+    )
+    yaml = (
+        "# YOLO segmentation labels exported by wherein (masks are CLIPSeg pseudo-labels).\n"
+        f"path: {json.dumps(str(dest), ensure_ascii=False)}\n"
+        "train: images.txt\n"
+        "val: images.txt\n"
+        f"nc: {len(categories)}\n"
+        f"names:\n{names}"
+    )
+    return {"images.txt": listing.encode(), "data.yaml": yaml.encode()}
