@@ -64,11 +64,13 @@ class Check:
     figures: str
     points_to: str = ""
     data: dict = field(default_factory=dict)
+    skipped: bool = False  # not judged: an earlier check failed first
 
     def to_json(self) -> dict:
         return {
             "check": self.name,
             "ok": self.ok,
+            "skipped": self.skipped,
             "figures": self.figures,
             "points_to": self.points_to or None,
             **self.data,
@@ -150,10 +152,11 @@ def _ranking(probes, tower, encoder) -> tuple[list[Check], list[dict]]:
         rank = int((cos > cos[0]).sum()) + 1
         margin = float(cos[0] - cos[1:].max())
         worst_margin = min(worst_margin, margin)
-        gaps.append(encoder.logit_scale * margin)
         probs = encoder.probability(cos)
-        p_true.append(float(probs[0]))
-        p_wrong.extend(float(v) for v in probs[1:])
+        if rank == 1:  # calibration is judged where the ranking is right
+            gaps.append(encoder.logit_scale * margin)
+            p_true.append(float(probs[0]))
+            p_wrong.extend(float(v) for v in probs[1:])
         same = float(pipeline[i] @ reference[i])
         if rank != 1:
             fails.append(probe.name)
@@ -189,6 +192,11 @@ def _ranking(probes, tower, encoder) -> tuple[list[Check], list[dict]]:
         points,
         {"max_caption_cosine": round(collapse, 4), "preprocessing_drift": drift},
     )
+    if not gaps:
+        calibration = Check(
+            "calibration", False, "not judged: no true caption ranked first", skipped=True
+        )
+        return [ranking, calibration], rows
     best_true, mean_wrong = max(p_true), float(np.mean(p_wrong))
     gap = float(np.median(gaps))
     calib_ok = (
@@ -200,8 +208,9 @@ def _ranking(probes, tower, encoder) -> tuple[list[Check], list[dict]]:
         "calibration",
         calib_ok,
         f"best true p {best_true:.4f} (>= {MIN_TRUE_PROBABILITY}), mean wrong p {mean_wrong:.4f} "
-        f"(<= {MAX_WRONG_PROBABILITY}), median logit gap {gap:.2f} (>= {MIN_LOGIT_GAP}); "
-        f"scale {encoder.logit_scale:.3f}, bias {encoder.logit_bias:.3f}",
+        f"(<= {MAX_WRONG_PROBABILITY}), median logit gap {gap:.2f} (>= {MIN_LOGIT_GAP}) "
+        f"on {len(gaps)} photos ranked right; scale {encoder.logit_scale:.3f}, "
+        f"bias {encoder.logit_bias:.3f}",
         "" if calib_ok else CALIBRATION,
     )
     return [ranking, calibration], rows

@@ -216,7 +216,8 @@ def write_model(model, path: Path) -> None:
     """Serialise with tensor data after the flatbuffer, 16-byte aligned (offset/size buffers).
 
     The same layout ai-edge-quantizer writes; it keeps the flatbuffer itself small
-    (no 2 GB flatbuffer limit) and the weights aligned for SIMD loads.
+    (no 2 GB flatbuffer limit) and the weights aligned for SIMD loads. Never write
+    over the file the model was read from: its buffers map that file.
     """
     schema, fb = _schema()
     tensor_buffers = {t.buffer for sg in model.subgraphs for t in sg.tensors}
