@@ -72,8 +72,9 @@ def storage_error(exc: BaseException) -> StorageError | None:
         return None
     where, reason, kind = found
     if kind == "full":
+        hint = "" if "space" in reason or "full" in reason else " (is the disk full?)"
         return StorageError(
-            f"cannot write {where}: {reason} (is the disk full?); free some space and run again"
+            f"cannot write {where}: {reason}{hint}; free some space and run again"
             " - everything written before this is kept"
         )
     if kind == "readonly":
