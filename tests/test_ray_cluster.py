@@ -214,3 +214,27 @@ def test_token_found_where_ray_looks_in_ray_order(tmp_path):
     del env["RAY_AUTH_TOKEN_PATH"]
     (tmp_path / ".ray" / "auth_token").unlink()
     assert find_token(env) is None
+
+
+def test_stderr_filter_drops_only_rays_actor_restart_line():
+    """The filter wherein puts on stderr while Ray Data runs: Ray's actor-restart ERROR line goes,
+    everything else (other native errors, a progress bar's carriage returns) passes in order."""
+    code = r"""
+import os, sys
+from wherein.indexer.scale.ray_quiet import stderr_without
+noise = (b"[2026-12-01 11:18:55,261 E 13797 13797] core_worker.cc:2465: Actor with class name: "
+         b"'MapWorker(MapBatches(Embedder))' and ID: '0b5f' has constructor arguments in the object "
+         b"store and max_restarts > 0. If the arguments ... See https://github.com/ray-project/ray/issues/53727 for more details.\n")
+with stderr_without():
+    os.write(2, b"\r  0%|          | 0/12")
+    os.write(2, noise)
+    os.write(2, b"[2026-12-01 11:18:56,000 E 13797 13797] core_worker.cc:100: Task failed: OOM\n")
+    sys.stderr.write("python warning\n")
+os.write(2, b"after\n")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=True)
+    assert res.stderr == (
+        b"\r  0%|          | 0/12"
+        b"[2026-12-01 11:18:56,000 E 13797 13797] core_worker.cc:100: Task failed: OOM\n"
+        b"python warning\nafter\n"
+    )
