@@ -32,6 +32,7 @@ except ImportError:  # pragma: no cover - optional at runtime
 # Truncated files must fail, not decode as half-grey images.
 ImageFile.LOAD_TRUNCATED_IMAGES = False
 MAX_PIXELS = 178_956_970  # Pillow's default bomb limit; above it we refuse, not warn
+JPEG_DRAFT = True  # decode JPEGs at reduced scale when >= 2x the model input (bench/bench_index.py)
 
 IMAGE_EXTENSIONS = frozenset(
     [
@@ -114,7 +115,8 @@ def decode(
         if "truncated" in msg.lower() or "premature" in msg.lower():
             raise DecodeError(f"truncated image ({msg})") from None
         raise DecodeError(f"unreadable image ({msg})") from None
-    except (ValueError, SyntaxError, EOFError, MemoryError) as exc:
+    except Exception as exc:  # noqa: BLE001 - decoder plugins raise struct.error, IndexError, ...
+        # One malformed file must never stop a run: whatever a decoder raises is a skip reason.
         raise DecodeError(f"corrupt image ({type(exc).__name__}: {exc})") from None
 
 
@@ -160,8 +162,14 @@ def clipseg_input(img: Image.Image, size: int = CLIPSEG_IMAGE_SIZE) -> np.ndarra
 
 @dataclass
 class Prepared:
-    """One file's bytes, ready for the image tower (or the reason they are not)."""
+    """One file's bytes, ready for the image tower (or the reason they are not).
 
+    size and mtime_ns describe the bytes that were hashed (taken from the same
+    open file), never an earlier look at the path.
+    """
+
+    size: int = 0
+    mtime_ns: int = 0
     sha256: str = ""
     width: int = 0
     height: int = 0
@@ -169,10 +177,10 @@ class Prepared:
     error: str = ""
 
 
-def prepare_for_siglip(data: bytes, draft: bool = True) -> Prepared:
+def prepare_for_siglip(data: bytes, draft: bool = JPEG_DRAFT, mtime_ns: int = 0) -> Prepared:
     """Hash, decode and preprocess — the one path both indexers (local, sharded) use,
     so identical files give identical vectors."""
-    res = Prepared(sha256=hashlib.sha256(data).hexdigest())
+    res = Prepared(size=len(data), mtime_ns=mtime_ns, sha256=hashlib.sha256(data).hexdigest())
     if not data:
         res.error = "empty file"
         return res

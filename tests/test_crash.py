@@ -28,6 +28,12 @@ def many_photos(tmp_path_factory) -> Path:
     return root
 
 
+def _default_sigint() -> None:
+    # Started from a background job, pytest (and so the child) has SIGINT ignored; Python
+    # installs its KeyboardInterrupt handler only where SIGINT is at its default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wherein(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "wherein.search.cli", *args],
@@ -35,6 +41,7 @@ def _wherein(*args: str, **kw) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_default_sigint,
         **kw,
     )
 

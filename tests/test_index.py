@@ -287,11 +287,19 @@ def test_missing_models_is_one_line_error(env, shapes, tmp_path):
     assert "models pull" in out
 
 
-def test_missing_path_is_reported_not_fatal(env, shapes, tmp_path):
-    code, out = run_cli("index", str(shapes), str(tmp_path / "missing"), "--json")
-    assert code == 0
-    r = json.loads(out[out.index("{") :])
-    assert r["embedded"] == 6 and r["problems"][0]["path"].endswith("missing")
+def test_missing_root_fails_after_indexing_the_others(env, shapes, tmp_path):
+    missing = tmp_path / "missing"
+    code, out = run_cli("index", str(shapes), str(missing), "--json")
+    assert code == 1
+    r, _ = json.JSONDecoder().raw_decode(out[out.index("{") :])
+    assert r["embedded"] == 6 and r["bad_roots"] == [str(missing)]
+    errors = [line for line in out.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: cannot read {missing}: no such file or directory"]
+    # A root that went missing (an unmounted drive) fails the run and keeps its rows.
+    shapes.rename(tmp_path / "elsewhere")
+    code, out = run_cli("index", str(shapes), "-q")
+    assert code == 1 and f"cannot read {shapes}" in out
+    assert status_json()["images"] == 6
 
 
 def test_second_writer_is_refused(env, shapes):

@@ -1,31 +1,30 @@
-"""One indexing run: walk, diff against the catalog, decode in parallel, embed, commit.
+"""One indexing run: walk, plan against the catalog, then the ingest pipeline, then deletions.
 
-Decoding and hashing run in a thread pool (Pillow and hashlib release the GIL)
-a bounded distance ahead of the model, so the model — the bottleneck — never
-waits for input. Results are committed in batches, each one SQLite transaction
-holding the images' rows and vectors together; FAISS is brought in line at the
-end (and on the next open, if the run never reached its end).
+plan.py decides what happens to each file (pure); pipeline.py reads, embeds and
+batches (the same loop `wherein embed` runs); commit.py writes each batch as
+one SQLite transaction holding the images' rows and vectors together. Rows
+whose file is gone are deleted only after every file was committed, so a move
+found late in the run still claims its row. FAISS is brought in line at the end
+(and on the next open, if the run never reached its end).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
-
-from wherein.indexer.imaging import Prepared, prepare_for_siglip, read_error
-from wherein.indexer.ingest.walk import FoundFile, WalkProblem, under_any, walk
+from wherein.indexer.imaging import JPEG_DRAFT, Prepared
+from wherein.indexer.ingest.commit import Routed, commit_batch, finish
+from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers, run_pipeline
+from wherein.indexer.ingest.plan import Kind, Known, Plan, SkipEntry, Work, plan, route
+from wherein.indexer.ingest.read import Unsettled, load_file
+from wherein.indexer.ingest.walk import WalkProblem, walk
 from wherein.indexer.models.image_tower import ImageTower
+from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import IndexStore
-
-JPEG_DRAFT = True  # decode JPEGs at reduced scale when >= 2x the model input (bench/bench_index.py)
 
 
 @dataclass
@@ -39,6 +38,7 @@ class RunStats:
     deleted: int = 0
     skipped: int = 0
     skipped_known: int = 0
+    unsettled: int = 0  # changed while being read: left for the next run
     invalidated: int = 0
     seconds: float = 0.0
     interrupted: bool = False
@@ -46,41 +46,57 @@ class RunStats:
     problems: list[WalkProblem] = field(default_factory=list)
 
     @property
+    def bad_roots(self) -> list[WalkProblem]:
+        """Paths the user named that could not be read at all (the run should fail)."""
+        return [p for p in self.problems if p.root]
+
+    @property
     def images_per_second(self) -> float:
         return self.embedded / self.seconds if self.seconds else 0.0
 
-
-@dataclass
-class _Work:
-    found: FoundFile
-    old_id: int | None  # catalog row this file replaces (changed content)
-
-
-@dataclass
-class _Result:
-    work: _Work
-    prepared: Prepared
-
-    @property
-    def sha256(self) -> str:
-        return self.prepared.sha256
-
-    @property
-    def error(self) -> str:
-        return self.prepared.error
+    def count(self, kind: Kind) -> None:
+        name = {
+            Kind.EMBED: "embedded",
+            Kind.COPY: "copied",
+            Kind.MOVE: "moved",
+            Kind.TOUCH: "touched",
+            Kind.SKIP: "skipped",
+            Kind.LATER: "unsettled",
+        }[kind]
+        setattr(self, name, getattr(self, name) + 1)
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+def known_rows(cat: Catalog) -> dict[str, Known]:
+    return {path: Known(*row) for path, row in cat.known_files().items()}
 
 
-def _load(work: _Work, draft: bool) -> _Result:
-    try:
-        with open(work.found.path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        return _Result(work, Prepared(error=read_error(exc)))
-    return _Result(work, prepare_for_siglip(data, draft))
+def skip_entries(cat: Catalog) -> dict[str, SkipEntry]:
+    return {s["path"]: SkipEntry(s["size"], s["mtime_ns"]) for s in cat.skipped()}
+
+
+class _Run:
+    """The state of one run's pipeline: the plan, the moves claimed, the counts."""
+
+    def __init__(self, indexer: Indexer, plan: Plan, stats: RunStats, progress) -> None:
+        self.indexer, self.plan, self.stats, self.progress = indexer, plan, stats, progress
+        self.claimed: set[int] = set()
+
+    def load(self, work: Work) -> Prepared | Unsettled:
+        return load_file(work.found, self.indexer.draft)
+
+    def route(self, work: Work, read: Prepared | Unsettled) -> Step[Routed]:
+        d = route(work, read, self.plan, self.claimed)
+        if d.kind is Kind.MOVE:
+            self.claimed.add(d.row)
+        pixels = read.pixels if d.kind is Kind.EMBED else None
+        return Step(Routed(work, read, d), pixels)
+
+    def commit(self, steps: list[Step[Routed]]) -> None:
+        commit_batch(self.indexer.store.catalog, steps, self.indexer.tower.model_id)
+        for s in steps:
+            self.stats.count(s.item.decision.kind)
+        if self.progress:
+            self.progress(len(steps))
 
 
 class Indexer:
@@ -91,13 +107,15 @@ class Indexer:
         workers: int | None = None,
         commit_every: int = 32,
         commit_seconds: float = 10.0,
+        commit_model_seconds: float = 2.0,
         draft: bool = JPEG_DRAFT,
     ) -> None:
         self.store = store
         self.tower = tower
-        self.workers = workers or max(2, min(8, (os.cpu_count() or 2)))
-        self.commit_every = commit_every
-        self.commit_seconds = commit_seconds
+        self.workers = workers or default_workers()
+        self.policy = CommitPolicy(
+            every=commit_every, model_seconds=commit_model_seconds, seconds=commit_seconds
+        )
         self.draft = draft
 
     def _prepare_model(self, stats: RunStats) -> None:
@@ -127,164 +145,26 @@ class Indexer:
         cat = self.store.catalog
         self._prepare_model(stats)
         abs_roots = [os.path.abspath(os.path.expanduser(str(r))) for r in roots]
-
-        known = cat.known_files()
-        skipped_known = {s["path"]: s for s in cat.skipped()}
         found = list(walk(abs_roots, include_hidden, stats.problems))
         stats.seen = len(found)
-        present = {f.path for f in found}
-
-        todo: list[_Work] = []
-        for f in found:
-            row = known.get(f.path)
-            if row is not None:
-                image_id, size, mtime_ns, _sha, has_vec = row
-                if size == f.size and mtime_ns == f.mtime_ns and has_vec:
-                    stats.unchanged += 1
-                    continue
-                todo.append(_Work(f, image_id))
-                continue
-            skip = skipped_known.get(f.path)
-            if (
-                skip
-                and not retry_skipped
-                and skip["size"] == f.size
-                and skip["mtime_ns"] == f.mtime_ns
-            ):
-                stats.skipped_known += 1
-                continue
-            todo.append(_Work(f, None))
-
-        # Rows under the walked roots whose file is gone: candidates for a move (same
-        # content found at a new path) or, at the end, deletion.
-        gone = {p: row for p, row in known.items() if p not in present and under_any(p, abs_roots)}
-        gone_by_hash: dict[str, list[int]] = {}
-        for _p, (image_id, _s, _m, sha, _v) in gone.items():
-            gone_by_hash.setdefault(sha, []).append(image_id)
-        embedded_by_hash: dict[str, int] = {}
-        for _p, (image_id, _s, _m, sha, has_vec) in known.items():
-            if has_vec:
-                embedded_by_hash.setdefault(sha, image_id)
-        relinked: set[int] = set()
-
+        p = plan(
+            found,
+            known_rows(cat),
+            skip_entries(cat),
+            abs_roots,
+            unreadable=[pr.path for pr in stats.problems],
+            retry_skipped=retry_skipped,
+        )
+        stats.unchanged, stats.skipped_known = len(p.unchanged), len(p.skipped_known)
         if on_total:
-            on_total(len(todo))
-
-        pending: list[tuple[_Result, np.ndarray]] = []
-        quick: list[tuple[str, _Result, int]] = []  # (kind, result, image_id) needing no model
-        last_commit = time.perf_counter()
-
-        def commit() -> None:
-            nonlocal last_commit
-            vecs = self.tower.embed(np.stack([p for _, p in pending])) if pending else None
-            now = _now()
-            with cat.transaction():
-                changed = False
-                for i, (res, _) in enumerate(pending):
-                    if res.work.old_id is not None:
-                        cat.delete_images([res.work.old_id])
-                    cat.insert_image(self._record(res, now), vecs[i])
-                    changed = True
-                for kind, res, image_id in quick:
-                    f = res.work.found
-                    if kind == "move":
-                        cat.relink(image_id, f.path, f.size, f.mtime_ns)
-                    elif kind == "touch":
-                        cat.touch(image_id, f.size, f.mtime_ns)
-                    elif kind == "copy":
-                        _, v = cat.vectors_for([image_id])
-                        if res.work.old_id is not None:
-                            cat.delete_images([res.work.old_id])
-                        cat.insert_image(self._record(res, now), v[0])
-                        changed = True
-                    elif kind == "skip":
-                        cat.record_skip(f.path, res.error, f.size, f.mtime_ns, now)
-                        changed = changed or res.work.old_id is not None
-                if changed:
-                    cat.bump_generation()
-            stats.embedded += len(pending)
-            if progress:
-                progress(len(pending) + len(quick))
-            pending.clear()
-            quick.clear()
-            last_commit = time.perf_counter()
-
+            on_total(len(p.todo))
+        r = _Run(self, p, stats, progress)
         try:
-            with ThreadPoolExecutor(self.workers, thread_name_prefix="decode") as pool:
-                window: deque[Future[_Result]] = deque()
-                it = iter(todo)
-                ahead = self.workers * 4 + self.tower.batch_size
-                while True:
-                    while len(window) < ahead:
-                        w = next(it, None)
-                        if w is None:
-                            break
-                        window.append(pool.submit(_load, w, self.draft))
-                    if not window:
-                        break
-                    res = window.popleft().result()
-                    self._route(
-                        res, stats, gone_by_hash, embedded_by_hash, relinked, known, pending, quick
-                    )
-                    due = time.perf_counter() - last_commit > self.commit_seconds
-                    if (
-                        len(pending) >= self.commit_every
-                        or len(quick) >= 256
-                        or (due and (pending or quick))
-                    ):
-                        commit()
-                commit()
-            # Deletions last: only rows not re-linked by a move.
-            dead = [row[0] for row in gone.values() if row[0] not in relinked]
-            if dead:
-                with cat.transaction():
-                    stats.deleted = cat.delete_images(dead)
-                    cat.bump_generation()
+            run_pipeline(p.todo, r.load, r.route, r.commit, self.tower, self.workers, self.policy)
+            stats.deleted = finish(cat, p, r.claimed)
         except KeyboardInterrupt:
             stats.interrupted = True
         finally:
             stats.seconds = time.perf_counter() - t0
             stats.vectors_note = self.store.ensure_vectors(persist=True)
         return stats
-
-    def _route(
-        self, res, stats, gone_by_hash, embedded_by_hash, relinked, known, pending, quick
-    ) -> None:
-        f = res.work.found
-        if res.sha256 and res.work.old_id is not None:
-            old = known.get(f.path)
-            if old and old[3] == res.sha256 and old[4]:
-                stats.touched += 1  # same bytes, new mtime: nothing to embed
-                quick.append(("touch", res, res.work.old_id))
-                return
-        if res.sha256 and res.work.old_id is None:
-            movers = [i for i in gone_by_hash.get(res.sha256, []) if i not in relinked]
-            if movers:
-                relinked.add(movers[0])
-                stats.moved += 1
-                quick.append(("move", res, movers[0]))
-                return
-        if res.error:
-            stats.skipped += 1
-            quick.append(("skip", res, -1))
-            return
-        donor = embedded_by_hash.get(res.sha256)
-        if donor is not None and donor != res.work.old_id:
-            stats.copied += 1  # identical bytes elsewhere in the index: reuse its vector
-            quick.append(("copy", res, donor))
-            return
-        pending.append((res, res.prepared.pixels))
-
-    def _record(self, res: _Result, now: str) -> dict:
-        f = res.work.found
-        return {
-            "path": f.path,
-            "size": f.size,
-            "mtime_ns": f.mtime_ns,
-            "sha256": res.sha256,
-            "width": res.prepared.width,
-            "height": res.prepared.height,
-            "format": Path(f.path).suffix.lower().lstrip("."),
-            "indexed_at": now,
-            "model_id": self.tower.model_id,
-        }

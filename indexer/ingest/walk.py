@@ -21,6 +21,7 @@ class FoundFile:
 class WalkProblem:
     path: str
     reason: str
+    root: bool = False  # a path the user named could not be read at all
 
 
 def walk(
@@ -40,7 +41,7 @@ def walk(
         try:
             st = os.stat(root)
         except OSError as exc:
-            _note(problems, root, exc)
+            _note(problems, root, exc, root=True)
             continue
         if not os.path.isdir(root):
             if is_image_name(root) and root not in seen_files:
@@ -57,7 +58,7 @@ def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[
         try:
             st = os.stat(d)
         except OSError as exc:
-            _note(problems, d, exc)
+            _note(problems, d, exc, root=d == top)
             continue
         key = (st.st_dev, st.st_ino)
         if key in seen_dirs:
@@ -67,7 +68,7 @@ def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[
             with os.scandir(d) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            _note(problems, d, exc)
+            _note(problems, d, exc, root=d == top)
             continue
         subdirs = []
         for e in entries:
@@ -87,9 +88,10 @@ def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[
         stack.extend(reversed(subdirs))
 
 
-def _note(problems: list[WalkProblem] | None, path: str, exc: OSError) -> None:
+def _note(problems: list[WalkProblem] | None, path: str, exc: OSError, root: bool = False) -> None:
     if problems is not None:
-        problems.append(WalkProblem(path, exc.strerror.lower() if exc.strerror else str(exc)))
+        reason = exc.strerror.lower() if exc.strerror else str(exc)
+        problems.append(WalkProblem(path, reason, root))
 
 
 def under_any(path: str, roots: list[str]) -> bool:

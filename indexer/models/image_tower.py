@@ -22,8 +22,16 @@ def file_digest(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def tower_id(space: str, graph: Path) -> str:
+    """The index's model identity: embedding space plus the graph file's digest.
+
+    Computed from the file alone, so a driver can name the model without loading it.
+    """
+    return f"{space}:{file_digest(graph)[:16]}"
+
+
 class ImageTower:
-    """Runs the largest batch signature the graph has; the rest at batch 1.
+    """Runs the largest batch signature the graph has; a shorter tail at batch 1.
 
     The published file has one signature of batch 1; a tower converted by
     `wherein models convert` adds e.g. batch 8, which runs ~2x faster per image.
@@ -45,7 +53,7 @@ class ImageTower:
                 )
         self.batch_size = max(self.graph.batch_sizes)
         self.space = space
-        self.model_id = f"{space}:{file_digest(path)[:16]}"
+        self.model_id = tower_id(space, path)
         self.dim = SIGLIP_EMBED_DIM
 
     @classmethod
@@ -55,21 +63,7 @@ class ImageTower:
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
         """[n,3,224,224] -> [n,768] L2-normalised (re-normalised: guards against fp16 drift)."""
-        n = len(batch)
-        out = np.empty((n, self.dim), dtype=np.float32)
         big = self.graph.signature_for_batch(self.batch_size)
         one = self.graph.signature_for_batch(1)
-        i = 0
-        while i < n:
-            if n - i >= self.batch_size or one is None:
-                chunk = batch[i : i + self.batch_size]
-                real = len(chunk)
-                if real < self.batch_size:  # no batch-1 signature: pad the tail
-                    pad = np.zeros((self.batch_size - real, *chunk.shape[1:]), np.float32)
-                    chunk = np.concatenate([chunk, pad])
-                out[i : i + real] = self.graph.run(chunk, signature=big.key)[0][:real]
-                i += real
-            else:
-                out[i] = self.graph.run(batch[i : i + 1], signature=one.key)[0][0]
-                i += 1
-        return unit_rows(out)
+        tail = one.key if one is not None else None
+        return unit_rows(self.graph.run_batched(batch, big.key, tail=tail))

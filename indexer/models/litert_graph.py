@@ -135,6 +135,40 @@ class LiteRTGraph:
         out = runner(**feeds)
         return [out[name] for name in sig.outputs]
 
+    def run_batched(self, x: np.ndarray, signature: str, tail: str | None = None) -> np.ndarray:
+        """One-input, one-output signature over x[n, ...] in chunks of its batch size.
+
+        Rows are independent, so chunking never changes a row's result beyond float
+        noise. The last chunk, when shorter than the batch, runs row by row through
+        the ``tail`` signature (batch 1) if given, else zero-padded to a full batch
+        (the padding rows are dropped).
+        """
+        sig = self.signatures[signature]
+        if len(sig.inputs) != 1 or len(sig.outputs) != 1:
+            raise ValueError(f"{self.path.name}: {sig.key} is not one input -> one output")
+        b = sig.batch
+        n = len(x)
+        full = n - n % b
+        out = [self.run(x[i : i + b], signature=sig.key)[0] for i in range(0, full, b)]
+        rest = x[full:]
+        if len(rest) and tail is not None:
+            out += [self.run(rest[j : j + 1], signature=tail)[0] for j in range(len(rest))]
+        elif len(rest):
+            pad = np.zeros((b - len(rest), *rest.shape[1:]), rest.dtype)
+            out.append(self.run(np.concatenate([rest, pad]), signature=sig.key)[0][: len(rest)])
+        if not out:
+            return np.zeros((0, *sig.output_shapes[0][1:]), np.float32)
+        return np.concatenate(out)
+
+
+def _allocate(interp) -> None:
+    """Allocate now, so LiteRT applies its default delegate (and prints its notice) here.
+
+    A graph that cannot allocate yet (dynamic shapes) is left to its signature runner.
+    """
+    with contextlib.suppress(ValueError, RuntimeError):
+        interp.allocate_tensors()
+
 
 def _fmt(shapes: list[tuple[int, ...]]) -> str:
     return ", ".join(str(list(s)) for s in shapes)

@@ -7,19 +7,17 @@ of towers; local mode on a laptop, a cluster unchanged).
 
 from __future__ import annotations
 
-import os
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from wherein.indexer.ingest.run import JPEG_DRAFT
+from wherein.indexer.imaging import JPEG_DRAFT, Prepared
+from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers, run_pipeline
 from wherein.indexer.ingest.walk import WalkProblem
-from wherein.indexer.models.image_tower import file_digest
+from wherein.indexer.models.image_tower import tower_id
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.scale import records, shards
 from wherein.indexer.scale.sources import list_items, local_path
@@ -53,7 +51,7 @@ def model_identity(models: ModelDir) -> tuple[str, str, str]:
     """(model_id, space, file name) as ImageTower computes them, without loading the graph in the driver."""
     models.require(SIGLIP_IMAGE)
     path = models.image_tower_file()
-    return f"{models.space}:{file_digest(path)[:16]}", models.space, path.name
+    return tower_id(models.space, path), models.space, path.name
 
 
 def embed(
@@ -134,7 +132,7 @@ def embed(
     return stats
 
 
-def row_of(item_id: int, uri: str, res: records.Loaded, vector: np.ndarray | None) -> dict:
+def row_of(item_id: int, uri: str, res: Prepared, vector: np.ndarray | None) -> dict:
     return {
         "id": item_id,
         "uri": uri,
@@ -149,45 +147,27 @@ def row_of(item_id: int, uri: str, res: records.Loaded, vector: np.ndarray | Non
 
 
 def _run_local(plan, pending, writer, models, workers, threads, draft, progress) -> None:
+    """The ingest pipeline `wherein index` runs; a commit hands finished rows to the shard writer."""
     from wherein.indexer.models.image_tower import ImageTower
 
     tower = ImageTower.from_models(models, threads)
-    workers = workers or max(2, min(8, os.cpu_count() or 2))
-    batch = max(32, tower.batch_size)
     table = plan.items(pending).to_pydict()
-    todo = list(
-        zip(
-            table["id"], table["shard"], table["uri"], table["offset"], table["length"], strict=True
-        )
+    todo = zip(
+        table["id"], table["shard"], table["uri"], table["offset"], table["length"], strict=True
     )
-    ready: list[tuple[int, int, str, records.Loaded]] = []
 
-    def flush() -> None:
-        good = [r for r in ready if not r[3].error]
-        vecs = tower.embed(np.stack([r[3].pixels for r in good])) if good else None
-        k = 0
-        for item_id, shard, uri, res in ready:
-            vec = None
-            if not res.error:
-                vec, k = vecs[k], k + 1
-            writer.add(shard, row_of(item_id, uri, res, vec))
+    def load(t: tuple) -> Prepared:
+        return records.load(t[2], t[3], t[4], draft)
+
+    def route(t: tuple, res: Prepared) -> Step[tuple]:
+        return Step((t, res), None if res.error else res.pixels)
+
+    def commit(steps: list[Step[tuple]]) -> None:
+        for s in steps:
+            (item_id, shard, uri, _o, _l), res = s.item
+            writer.add(shard, row_of(item_id, uri, res, s.vector))
         if progress:
-            progress(len(ready))
-        ready.clear()
+            progress(len(steps))
 
-    with ThreadPoolExecutor(workers, thread_name_prefix="decode") as pool:
-        window: deque[tuple[tuple, Future]] = deque()
-        it = iter(todo)
-        while True:
-            while len(window) < workers * 4 + batch:
-                t = next(it, None)
-                if t is None:
-                    break
-                window.append((t, pool.submit(records.load, t[2], t[3], t[4], draft)))
-            if not window:
-                break
-            (item_id, shard, uri, _o, _l), fut = window.popleft()
-            ready.append((item_id, shard, uri, fut.result()))
-            if len(ready) >= batch:
-                flush()
-        flush()
+    policy = CommitPolicy(every=max(32, tower.batch_size))
+    run_pipeline(todo, load, route, commit, tower, workers or default_workers(), policy)

@@ -151,17 +151,8 @@ def torch_embed(module, x: np.ndarray, batch: int = 8) -> np.ndarray:
 
 
 def litert_embed(graph, signature: str, x: np.ndarray) -> np.ndarray:
-    """Run one image signature over x in chunks of its batch (the tail zero-padded)."""
-    sig = graph.signatures[signature]
-    b = sig.batch
-    out = []
-    for i in range(0, len(x), b):
-        chunk = x[i : i + b]
-        real = len(chunk)
-        if real < b:
-            chunk = np.concatenate([chunk, np.zeros((b - real, *chunk.shape[1:]), np.float32)])
-        out.append(graph.run(chunk, signature=signature)[0][:real])
-    return np.concatenate(out)
+    """Run one image signature over all of x (the tail zero-padded): each signature is checked on its own."""
+    return graph.run_batched(x, signature)
 
 
 # -- conversion ------------------------------------------------------------------

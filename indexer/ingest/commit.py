@@ -1,0 +1,92 @@
+"""Write routed files to the catalog: one SQLite transaction per batch.
+
+A batch lands whole or not at all (crash, Ctrl-C, error), and an image's row
+and its vector are always written together. The vector generation is bumped
+whenever a row with a vector appears or disappears, so FAISS is brought in line
+at the end of the run or on the next open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from wherein.indexer.imaging import Prepared
+from wherein.indexer.ingest.pipeline import Step
+from wherein.indexer.ingest.plan import Decision, Kind, Plan, Work
+from wherein.indexer.ingest.read import Unsettled
+from wherein.indexer.store.catalog import Catalog
+
+
+@dataclass(frozen=True)
+class Routed:
+    """One read file and what the plan decided for it."""
+
+    work: Work
+    read: Prepared | Unsettled
+    decision: Decision
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def record(path: str, p: Prepared, model_id: str, now: str) -> dict:
+    return {
+        "path": path,
+        "size": p.size,
+        "mtime_ns": p.mtime_ns,
+        "sha256": p.sha256,
+        "width": p.width,
+        "height": p.height,
+        "format": Path(path).suffix.lower().lstrip("."),
+        "indexed_at": now,
+        "model_id": model_id,
+    }
+
+
+def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> None:
+    # Donors are never written by this run before the end (plan.py), so reading
+    # their vectors before the transaction is safe.
+    donors = [s.item.decision.row for s in steps if s.item.decision.kind is Kind.COPY]
+    ids, vecs = cat.vectors_for(donors) if donors else ((), ())
+    donor_vector = {int(i): v for i, v in zip(ids, vecs, strict=True)}
+    now = now_iso()
+    with cat.transaction():
+        changed = False
+        for s in steps:
+            work, p, d = s.item.work, s.item.read, s.item.decision
+            if d.kind is Kind.LATER or isinstance(p, Unsettled):
+                continue
+            path, old = work.found.path, work.old
+            replaces = old is not None and d.kind is not Kind.TOUCH
+            if replaces:
+                cat.delete_images([old.id])
+                changed = True
+            if d.kind is Kind.TOUCH:
+                cat.touch(d.row, p.size, p.mtime_ns)
+            elif d.kind is Kind.MOVE:
+                cat.relink(d.row, path, p.size, p.mtime_ns)
+            elif d.kind is Kind.SKIP:
+                cat.record_skip(path, d.reason, p.size, p.mtime_ns, now)
+            else:
+                vector = s.vector if d.kind is Kind.EMBED else donor_vector[d.row]
+                cat.insert_image(record(path, p, model_id, now), vector)
+                changed = True
+        if changed:
+            cat.bump_generation()
+
+
+def finish(cat: Catalog, plan: Plan, claimed: set[int]) -> int:
+    """After every file is committed: delete the rows whose file is gone (not moved). Returns the count."""
+    dead = plan.deleted(claimed)
+    if not dead and not plan.forget_skips:
+        return 0
+    with cat.transaction():
+        n = cat.delete_images(dead) if dead else 0
+        cat.forget_skips(plan.forget_skips)
+        if n:
+            cat.bump_generation()
+    return n

@@ -1,0 +1,152 @@
+"""The one ingest loop: bounded prefetch -> route -> batched image tower -> commit.
+
+`wherein index` (ingest/run.py) and `wherein embed --engine local`
+(scale/embed.py) both run it, so the same file gives the same vector on either
+path by construction.
+
+- Loading (read, hash, decode, preprocess) runs in a thread pool — Pillow and
+  hashlib release the GIL — at most ``ahead`` items in front of the consumer, so
+  the tower (the bottleneck) never waits for input and memory stays bounded.
+- Routing runs in the caller's thread, in input order, so a route function may
+  keep state (the moves claimed so far).
+- The tower runs on each full batch of its largest signature as soon as it
+  fills; a commit first embeds the partial batch left.
+- A commit is due after ``every`` embedded items, or ``model_seconds`` of tower
+  time, or ``quick_every`` items that need no model, or ``seconds`` of wall time
+  with anything pending. The model-time rule bounds what a killed run loses with
+  a slow tower: a run killed again and again still moves forward.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+I = TypeVar("I")  # noqa: E741 - an input item
+L = TypeVar("L")  # what load() makes of it
+T = TypeVar("T")  # what route() keeps for commit()
+
+
+class Tower(Protocol):
+    batch_size: int
+
+    def embed(self, batch: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class Step(Generic[T]):
+    """One routed item; pixels set: it goes through the tower, and vector is its result."""
+
+    item: T
+    pixels: np.ndarray | None = None
+    vector: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    every: int = 32
+    model_seconds: float = 2.0
+    quick_every: int = 256
+    seconds: float = 10.0
+
+    def due(self, embedded: int, quick: int, model_seconds: float, wall_seconds: float) -> bool:
+        if embedded >= self.every or quick >= self.quick_every:
+            return True
+        if embedded and model_seconds >= self.model_seconds:
+            return True
+        return bool(embedded or quick) and wall_seconds >= self.seconds
+
+
+_END = object()
+
+
+def default_workers() -> int:
+    """Decode threads: enough to keep one tower busy; more only adds memory."""
+    return max(2, min(8, os.cpu_count() or 2))
+
+
+def prefetch(
+    items: Iterable[I], load: Callable[[I], L], workers: int, ahead: int
+) -> Iterator[tuple[I, L]]:
+    """(item, load(item)) in input order, with at most `ahead` loads queued or running."""
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="decode")
+    window: deque[tuple[I, Future[L]]] = deque()
+    it = iter(items)
+    try:
+        while True:
+            while len(window) < ahead and (item := next(it, _END)) is not _END:
+                window.append((item, pool.submit(load, item)))  # type: ignore[arg-type]
+            if not window:
+                return
+            item, fut = window.popleft()
+            yield item, fut.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Pending(Generic[T]):
+    """Steps since the last commit; the tower runs on each full batch as it fills."""
+
+    def __init__(self, tower: Tower, clock: Callable[[], float]) -> None:
+        self.tower, self.clock = tower, clock
+        self.steps: list[Step[T]] = []
+        self.waiting: list[Step[T]] = []
+        self.embedded = 0
+        self.model_seconds = 0.0
+
+    def add(self, step: Step[T]) -> None:
+        self.steps.append(step)
+        if step.pixels is not None:
+            self.embedded += 1
+            self.waiting.append(step)
+            if len(self.waiting) >= self.tower.batch_size:
+                self.run_tower()
+
+    def run_tower(self) -> None:
+        if not self.waiting:
+            return
+        t = self.clock()
+        vectors = self.tower.embed(np.stack([s.pixels for s in self.waiting]))
+        self.model_seconds += self.clock() - t
+        for s, v in zip(self.waiting, vectors, strict=True):
+            s.vector, s.pixels = v, None
+        self.waiting.clear()
+
+    def take(self) -> list[Step[T]]:
+        self.run_tower()
+        steps = self.steps
+        self.steps, self.embedded, self.model_seconds = [], 0, 0.0
+        return steps
+
+
+def run_pipeline(
+    items: Iterable[I],
+    load: Callable[[I], L],
+    route: Callable[[I, L], Step[T]],
+    commit: Callable[[list[Step[T]]], None],
+    tower: Tower,
+    workers: int,
+    policy: CommitPolicy = CommitPolicy(),  # noqa: B008 - frozen, shared safely
+    clock: Callable[[], float] = time.perf_counter,
+) -> None:
+    """Load every item, route it, embed what needs the model, and commit in batches (in order)."""
+    pending: _Pending[T] = _Pending(tower, clock)
+    last = clock()
+    ahead = workers * 4 + tower.batch_size
+    with closing(prefetch(items, load, workers, ahead)) as stream:
+        for item, loaded in stream:
+            pending.add(route(item, loaded))
+            quick = len(pending.steps) - pending.embedded
+            if policy.due(pending.embedded, quick, pending.model_seconds, clock() - last):
+                commit(pending.take())
+                last = clock()
+    if pending.steps:
+        commit(pending.take())

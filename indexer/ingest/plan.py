@@ -1,0 +1,176 @@
+"""What an indexing run does with each file: pure functions of data, no I/O, no models.
+
+Two stages, because one decision needs the file's hash:
+
+1. ``plan()`` compares the walk (path, size, mtime) with the catalog's rows and
+   skip list. A file whose stat matches its row (which has a vector) is
+   unchanged; one whose stat matches its skip entry is skipped-known; every
+   other file is read (``Work``: new, or changed with the row it may replace).
+   Rows under the walked roots whose file was not found are ``gone``.
+2. ``route()`` decides for one read file, once its hash is known: touch (same
+   bytes as its own row, new mtime), move (same bytes as a gone row: that row
+   moves here, keeping its id and vector), copy (same bytes as another indexed
+   file: reuse its vector), skip (unreadable), later (changed while being
+   read), or embed.
+
+Invariants:
+- A row is deleted only if the walk read the folder holding it and the file was
+  not there: rows under a root indexed separately, under a missing root or under
+  an unreadable folder are kept.
+- Each gone row is claimed by at most one move, so byte-identical files moved
+  together each keep their own row.
+- A copy's donor is a row this run cannot delete or replace before the copy is
+  committed: a gone row (deleted only at the very end) or an unchanged one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+from wherein.indexer.imaging import Prepared
+from wherein.indexer.ingest.read import Unsettled
+from wherein.indexer.ingest.walk import FoundFile, under_any
+
+
+class Known(NamedTuple):
+    """A catalog row, as the plan sees it."""
+
+    id: int
+    size: int
+    mtime_ns: int
+    sha256: str
+    has_vector: bool
+
+
+class SkipEntry(NamedTuple):
+    """A skip-list entry: the stat of the file when it was found unreadable."""
+
+    size: int | None
+    mtime_ns: int | None
+
+
+@dataclass(frozen=True)
+class Work:
+    """A file to read: new (old is None), or changed since its row was written."""
+
+    found: FoundFile
+    old: Known | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    unchanged: tuple[str, ...]
+    skipped_known: tuple[str, ...]
+    todo: tuple[Work, ...]
+    gone: Mapping[str, Known]  # path -> row whose file is gone: moved here, else deleted
+    forget_skips: tuple[str, ...]  # skip entries whose file is gone
+    movable: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # sha -> gone rows
+    donors: Mapping[str, int] = field(default_factory=dict)  # sha -> row to copy a vector from
+
+    def deleted(self, claimed: Set[int]) -> list[int]:
+        """Rows to delete at the end of the run: gone and not claimed by a move."""
+        return [row.id for row in self.gone.values() if row.id not in claimed]
+
+
+def plan(
+    found: Sequence[FoundFile],
+    known: Mapping[str, Known],
+    skipped: Mapping[str, SkipEntry],
+    roots: Sequence[str],
+    unreadable: Sequence[str] = (),
+    retry_skipped: bool = False,
+) -> Plan:
+    """Stage 1: the stat-level plan.
+
+    roots: the absolute roots that were walked; unreadable: paths the walk could
+    not read (missing roots, folders without permission), under which nothing is
+    considered gone.
+    """
+    unchanged: list[str] = []
+    skipped_known: list[str] = []
+    todo: list[Work] = []
+    for f in found:
+        row = known.get(f.path)
+        if row is not None:
+            if row.has_vector and (row.size, row.mtime_ns) == (f.size, f.mtime_ns):
+                unchanged.append(f.path)
+            else:
+                todo.append(Work(f, row))
+            continue
+        skip = skipped.get(f.path)
+        if (
+            skip is not None
+            and not retry_skipped
+            and (skip.size, skip.mtime_ns)
+            == (
+                f.size,
+                f.mtime_ns,
+            )
+        ):
+            skipped_known.append(f.path)
+            continue
+        todo.append(Work(f, None))
+
+    present = {f.path for f in found}
+
+    def vanished(path: str) -> bool:
+        return path not in present and under_any(path, roots) and not under_any(path, unreadable)
+
+    gone = {p: row for p, row in known.items() if vanished(p)}
+    movable: dict[str, list[int]] = {}
+    for row in gone.values():
+        if row.has_vector:  # a row without a vector is not worth moving: embed the file afresh
+            movable.setdefault(row.sha256, []).append(row.id)
+    changing = {w.old.id for w in todo if w.old is not None}
+    donors: dict[str, int] = {}
+    for row in known.values():
+        if row.has_vector and row.id not in changing:
+            donors.setdefault(row.sha256, row.id)
+    return Plan(
+        unchanged=tuple(unchanged),
+        skipped_known=tuple(skipped_known),
+        todo=tuple(todo),
+        gone=gone,
+        forget_skips=tuple(p for p in skipped if vanished(p)),
+        movable={sha: tuple(ids) for sha, ids in movable.items()},
+        donors=donors,
+    )
+
+
+class Kind(StrEnum):
+    EMBED = "embed"
+    TOUCH = "touch"
+    MOVE = "move"
+    COPY = "copy"
+    SKIP = "skip"
+    LATER = "later"
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: Kind
+    row: int | None = None  # touch: own row; move: the gone row claimed; copy: the donor
+    reason: str = ""  # skip / later
+
+
+def route(work: Work, read: Prepared | Unsettled, p: Plan, claimed: Set[int]) -> Decision:
+    """Stage 2: what to do with one read file. claimed: gone rows already moved this run
+    (the caller adds a MOVE decision's row to it)."""
+    if isinstance(read, Unsettled):
+        return Decision(Kind.LATER, reason=read.reason)
+    old = work.old
+    if read.sha256 and old is not None and old.has_vector and old.sha256 == read.sha256:
+        return Decision(Kind.TOUCH, old.id)
+    if read.sha256 and not read.error:
+        mover = next((i for i in p.movable.get(read.sha256, ()) if i not in claimed), None)
+        if mover is not None:
+            return Decision(Kind.MOVE, mover)
+    if read.error:
+        return Decision(Kind.SKIP, reason=read.error)
+    donor = p.donors.get(read.sha256)
+    if donor is not None:
+        return Decision(Kind.COPY, donor)
+    return Decision(Kind.EMBED)

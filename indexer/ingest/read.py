@@ -1,0 +1,67 @@
+"""Read one local file so that its bytes, size, mtime and hash belong together.
+
+The walk's stat is only a hint: a file can grow, shrink, be replaced or vanish
+between the walk and the read, or while it is read. Size and mtime come from
+fstat on the very descriptor the bytes are read from, before and after the
+read. When the two disagree, the byte count is not the size, or the file lost
+its last name meanwhile, it changed while being read: the result is Unsettled,
+nothing about the file is recorded this run, and the next run (seeing a new
+stat, or no file) deals with it. So a stored row never pairs one version's stat
+with another version's hash.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare_for_siglip, read_error
+from wherein.indexer.ingest.walk import FoundFile
+
+
+@dataclass(frozen=True)
+class Unsettled:
+    """The file vanished or changed while being read: no verdict on it this run."""
+
+    reason: str
+
+
+class _Changed(Exception):
+    pass
+
+
+def _read_all(f: BinaryIO) -> bytes:
+    return f.read()
+
+
+def read_whole(path: str) -> tuple[bytes, int]:
+    """(bytes, mtime_ns) of one consistent version of the file; size is len(bytes).
+
+    Raises OSError when it cannot be read, _Changed when it changed during the read.
+    """
+    with open(path, "rb") as f:
+        before = os.fstat(f.fileno())
+        data = _read_all(f)
+        after = os.fstat(f.fileno())
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        raise _Changed("changed while being read")
+    if len(data) != after.st_size:
+        raise _Changed("size changed while being read")
+    if after.st_nlink == 0:
+        raise _Changed("deleted while being read")
+    return data, after.st_mtime_ns
+
+
+def load_file(found: FoundFile, draft: bool = JPEG_DRAFT) -> Prepared | Unsettled:
+    """Read, hash, decode and preprocess one walked file (runs in a decode thread)."""
+    try:
+        data, mtime_ns = read_whole(found.path)
+    except FileNotFoundError:
+        return Unsettled("vanished before it was read")
+    except _Changed as exc:
+        return Unsettled(str(exc))
+    except OSError as exc:
+        # Unopenable: the walk's stat is all there is, and it is what the next run compares.
+        return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
+    return prepare_for_siglip(data, draft, mtime_ns)

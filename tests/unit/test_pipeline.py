@@ -1,0 +1,251 @@
+"""The ingest pipeline: ordering and bounded prefetch, commits by model time, and files that
+change between the walk and the read (or during it) never stored with a wrong stat or hash."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wherein.indexer.ingest import read as read_mod
+from wherein.indexer.ingest import run as run_mod
+from wherein.indexer.ingest.pipeline import CommitPolicy, Step, run_pipeline
+from wherein.indexer.ingest.run import Indexer, RunStats
+from wherein.indexer.models.image_tower import ImageTower
+from wherein.indexer.models.modeldir import ModelDir
+from wherein.indexer.store.index_store import IndexStore
+
+from conftest import draw_shape
+
+
+# -- the loop itself, with a fake tower ---------------------------------------------------
+class FakeTower:
+    def __init__(self, batch_size: int = 4, sleep: float = 0.0) -> None:
+        self.batch_size, self.sleep = batch_size, sleep
+        self.calls: list[int] = []
+
+    def embed(self, batch: np.ndarray) -> np.ndarray:
+        time.sleep(self.sleep)
+        self.calls.append(len(batch))
+        return batch[:, :2] * 10.0
+
+
+def test_pipeline_keeps_order_embeds_in_tower_batches_and_prefetches_boundedly():
+    pulled = 0
+    lock = threading.Lock()
+
+    def items():
+        nonlocal pulled
+        for i in range(50):
+            with lock:
+                pulled += 1
+            yield i
+
+    seen_pulled: list[int] = []
+    committed: list[tuple[int, float | None]] = []
+
+    def route(i: int, loaded: np.ndarray) -> Step[int]:
+        seen_pulled.append(pulled)
+        return Step(i, loaded if i % 5 else None)  # every 5th item needs no model
+
+    def commit(steps: list[Step[int]]) -> None:
+        committed.extend((s.item, None if s.vector is None else float(s.vector[0])) for s in steps)
+
+    tower = FakeTower(batch_size=4)
+    run_pipeline(
+        items(),
+        lambda i: np.array([i, i], np.float32),
+        route,
+        commit,
+        tower,
+        workers=2,
+        policy=CommitPolicy(every=8),
+    )
+    assert [i for i, _ in committed] == list(range(50))
+    assert all(v == (None if i % 5 == 0 else i * 10.0) for i, v in committed)
+    assert seen_pulled[0] <= 2 * 4 + 4  # loads run at most workers*4 + batch ahead
+    assert all(n == 4 for n in tower.calls[:-1])  # full tower batches; a tail only at the end
+
+
+def test_commit_policy():
+    p = CommitPolicy(every=32, model_seconds=2.0, quick_every=256, seconds=10.0)
+    assert not p.due(5, 0, 1.0, 1.0)
+    assert p.due(32, 0, 0.1, 0.1)
+    assert p.due(5, 0, 2.5, 2.5)  # a slow tower: commit by model time before the count
+    assert not p.due(0, 5, 2.5, 2.5)  # model time with nothing embedded pending: nothing to do
+    assert p.due(0, 256, 0.0, 0.0)
+    assert p.due(0, 1, 0.0, 11.0)
+
+
+# -- the indexer on real files --------------------------------------------------------------
+def tower(models: Path) -> ImageTower:
+    return ImageTower.from_models(ModelDir(models))
+
+
+def index(idx: Path, models: Path, roots: list[Path], t=None, **kw) -> RunStats:
+    with IndexStore.open(idx, write=True, create=True) as store:
+        return Indexer(store, t or tower(models), workers=2, **kw).run(roots)
+
+
+def catalog_state(idx: Path) -> tuple[dict, dict]:
+    with IndexStore.open(idx) as store:
+        cat = store.catalog
+        rows = {
+            r["path"]: r
+            for r in cat.rows_by_ids(i for i, *_ in cat.known_files().values()).values()
+        }
+        skips = {s["path"]: s for s in cat.skipped()}
+    return rows, skips
+
+
+def assert_truthful(idx: Path) -> None:
+    """Every stored row and skip entry carries the stat (and rows the hash) the file has now."""
+    rows, skips = catalog_state(idx)
+    for path, r in rows.items():
+        st = os.stat(path)
+        assert (r["size"], r["mtime_ns"]) == (st.st_size, st.st_mtime_ns), path
+        assert r["sha256"] == hashlib.sha256(Path(path).read_bytes()).hexdigest(), path
+    for path, s in skips.items():
+        st = os.stat(path)
+        assert (s["size"], s["mtime_ns"]) == (st.st_size, st.st_mtime_ns), path
+
+
+class SlowTower:
+    """The stand-in tower made slow, as a full-size one is on a laptop CPU."""
+
+    def __init__(self, inner: ImageTower, sleep: float) -> None:
+        self.inner, self.sleep = inner, sleep
+        self.batch_size, self.model_id, self.space = inner.batch_size, inner.model_id, inner.space
+        self.dim, self.path = inner.dim, inner.path
+
+    def embed(self, batch: np.ndarray) -> np.ndarray:
+        time.sleep(self.sleep)
+        return self.inner.embed(batch)
+
+
+def test_slow_tower_commits_by_model_time_before_the_count(standin_models, tmp_path):
+    photos = tmp_path / "photos"
+    for i, c in enumerate(["red", "green", "blue", "yellow", "orange", "purple", "white", "red"]):
+        draw_shape(photos / f"{i}.png", c, box=(0.05 * i, 0.1, 0.9, 0.9))
+    idx = tmp_path / "index"
+    first_commit: list[int] = []
+
+    def progress(n: int) -> None:
+        if not first_commit:
+            with IndexStore.open(idx) as reader:  # what a kill -9 now would leave
+                first_commit.append(reader.catalog.count_embedded())
+
+    slow = SlowTower(tower(standin_models), sleep=0.2)
+    with IndexStore.open(idx, write=True, create=True) as store:
+        ix = Indexer(store, slow, workers=2, commit_every=32, commit_model_seconds=0.5)
+        stats = ix.run([photos], progress=progress)
+    assert stats.embedded == 8
+    assert 0 < first_commit[0] < 8  # landed after ~0.5 s of model time, long before 32 images
+
+
+def _photos(root: Path, names: list[str]) -> list[Path]:
+    colours = ["red", "green", "blue", "yellow", "orange", "purple"]
+    out = []
+    for i, n in enumerate(names):
+        draw_shape(root / n, colours[i % len(colours)])
+        out.append(root / n)
+    return out
+
+
+def test_files_changed_between_walk_and_read(standin_models, tmp_path, monkeypatch):
+    photos = tmp_path / "photos"
+    grown, truncated, replaced, deleted, steady = _photos(
+        photos, ["grown.png", "truncated.png", "replaced.png", "deleted.png", "steady.png"]
+    )
+    real_walk = run_mod.walk
+
+    def walk_then_change(*args, **kwargs):
+        found = list(real_walk(*args, **kwargs))  # the stat the plan sees
+        with open(grown, "ab") as f:
+            f.write(b"\0" * 999)  # trailing bytes: still a good PNG, new size and hash
+        truncated.write_bytes(truncated.read_bytes()[:50])
+        draw_shape(tmp_path / "new.png", "purple", size=(200, 200))
+        os.replace(tmp_path / "new.png", replaced)
+        deleted.unlink()
+        return iter(found)
+
+    monkeypatch.setattr(run_mod, "walk", walk_then_change)
+    idx = tmp_path / "index"
+    stats = index(idx, standin_models, [photos])
+    assert stats.embedded == 3 and stats.skipped == 1 and stats.unsettled == 1
+    rows, skips = catalog_state(idx)
+    assert set(rows) == {str(grown), str(replaced), str(steady)}
+    assert set(skips) == {str(truncated)}
+    assert_truthful(idx)
+
+    monkeypatch.setattr(run_mod, "walk", real_walk)
+    again = index(idx, standin_models, [photos])  # the stored stats are the files' stats
+    assert again.embedded == 0 and again.unchanged == 3 and again.skipped_known == 1
+
+
+@pytest.mark.parametrize("change", ["grown", "truncated", "replaced", "deleted"])
+def test_file_changed_while_being_read(standin_models, tmp_path, monkeypatch, change):
+    photos = tmp_path / "photos"
+    victim, steady = _photos(photos, ["victim.png", "steady.png"])
+    idx = tmp_path / "index"
+    index(idx, standin_models, [photos])
+    draw_shape(victim, "white")  # changed since the first run: it is read again
+    real_read = read_mod._read_all
+
+    def read_while_changing(f):
+        if f.name == str(victim):
+            if change == "grown":
+                with open(victim, "ab") as g:
+                    g.write(b"\0" * 999)
+            elif change == "truncated":
+                os.truncate(victim, 50)
+            elif change == "replaced":
+                draw_shape(tmp_path / "new.png", "purple", size=(200, 200))
+                os.replace(tmp_path / "new.png", victim)
+            else:
+                victim.unlink()
+        return real_read(f)
+
+    monkeypatch.setattr(read_mod, "_read_all", read_while_changing)
+    stats = index(idx, standin_models, [photos])
+    assert stats.unsettled == 1 and stats.embedded == 0 and stats.skipped == 0
+    rows, skips = catalog_state(idx)
+    assert not skips and set(rows) == {str(victim), str(steady)}  # the old row, untouched
+    with IndexStore.open(idx) as store:
+        check = store.check()
+    assert check.ok, check.problems
+
+    monkeypatch.setattr(read_mod, "_read_all", real_read)
+    after = index(idx, standin_models, [photos])  # the next run settles it
+    assert after.unsettled == 0
+    assert after.embedded + after.skipped + after.deleted == 1
+    assert_truthful(idx)
+
+
+def test_good_file_turned_bad_leaves_images_and_search(env, shapes):
+    import json
+
+    from click.testing import CliRunner
+
+    from wherein.search.cli import cli
+
+    def run(*args):
+        r = CliRunner().invoke(cli, [*map(str, args)])
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    run("index", shapes, "-q")
+    bad = shapes / "red_square.jpg"
+    assert bad.name in run("search", "red", "--paths")
+    bad.write_bytes(os.urandom(3000))
+    r = json.loads(run("index", shapes, "--json", "-q"))
+    assert r["skipped"] == 1 and r["images"] == 5
+    assert bad.name not in run("search", "red", "-k", "20", "--paths")
+    status = json.loads(run("status", "--json", "--check"))
+    assert [Path(s["path"]).name for s in status["skipped"]] == [bad.name]
+    assert status["images"] == 5 and status["check"]["ok"]
