@@ -411,11 +411,14 @@ def add_masks(
     out_dir: Path,
     models_root: Path,
     min_mask_area: float | None = None,
+    full_size_overlays: bool = False,
 ) -> list[Hit]:
     """A CLIPSeg mask for every hit (see wherein.search.localize.masking)."""
     from wherein.search.localize.masking import add_masks_to_hits
 
-    return add_masks_to_hits(hits, prompt, out_dir, models_root, min_mask_area)
+    return add_masks_to_hits(
+        hits, prompt, out_dir, models_root, min_mask_area, full_size_overlays=full_size_overlays
+    )
 
 
 def _params(selector, nprobe: int):

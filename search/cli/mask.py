@@ -22,15 +22,20 @@ def register(cli: click.Group) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("wherein-masks"),
     show_default=True,
-    help="Folder for <stem>.<prompt>.mask.png and .overlay.jpg (as `search --mask`).",
+    help="Folder for <stem>.<prompt>.mask.png and .overlay.jpg (`search --mask` adds <rank>-).",
 )
 @click.option(
     "--no-files", is_flag=True, help="Only print the numbers; write no mask or overlay files."
 )
+@click.option(
+    "--full-size-overlays",
+    is_flag=True,
+    help="Overlays at the photo's size (slower) instead of a preview of at most 1024 px.",
+)
 @models_option
 @json_option
 @friendly_errors
-def mask(image, prompts, out_dir, no_files, models_dir, as_json):
+def mask(image, prompts, out_dir, no_files, full_size_overlays, models_dir, as_json):
     """Mask each PROMPT on IMAGE: area, box of the largest region, score, files written.
 
     One vision pass serves all prompts. Boxes are [x0, y0, x1, y1] in the image's
@@ -49,7 +54,13 @@ def mask(image, prompts, out_dir, no_files, models_dir, as_json):
             err=True,
         )
     model = ClipSeg.load(models)
-    results = mask_file(model, image, list(prompts), None if no_files else out_dir)
+    results = mask_file(
+        model,
+        image,
+        list(prompts),
+        None if no_files else out_dir,
+        full_size_overlays=full_size_overlays,
+    )
     rows = []
     for res, files in results:
         row = res.summary()

@@ -108,13 +108,18 @@ def register(cli: click.Group) -> None:
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Folder for masks and overlays [default: ./wherein-masks].",
+    help="Folder for <rank>-<stem>.<prompt>.mask.png and .overlay.jpg [default: ./wherein-masks].",
 )
 @click.option(
     "--min-mask-area",
     type=click.FloatRange(0, 1),
     default=None,
     help="Drop hits whose mask covers less than this fraction of the image.",
+)
+@click.option(
+    "--full-size-overlays",
+    is_flag=True,
+    help="Overlays at the photo's size (slower) instead of a preview of at most 1024 px.",
 )
 @click.option(
     "--export",
@@ -160,6 +165,7 @@ def search(
     mask_prompt,
     out_dir,
     min_mask_area,
+    full_size_overlays,
     export_path,
     export_fmt,
     category_from_labels,
@@ -224,7 +230,14 @@ def search(
             raise click.UsageError(
                 "--mask needs a text term or --mask-prompt to know what to segment"
             )
-        hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root, min_mask_area)
+        hits = add_masks(
+            hits,
+            prompt,
+            out_dir or Path("wherein-masks"),
+            models_root,
+            min_mask_area,
+            full_size_overlays=full_size_overlays,
+        )
     elif mask_prompt or out_dir or min_mask_area is not None:
         raise click.UsageError("--mask-prompt, --out and --min-mask-area only apply with --mask")
     if export_path is not None:
