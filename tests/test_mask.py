@@ -457,3 +457,19 @@ def test_another_prompt_on_masked_hits_reuses_their_vision_pass(model, standin_m
     draw_shape(Path(hits[0].path), "blue", size=(320, 240))
     (again,) = add_masks_to_hits(hits[:1], "blue", tmp_path / "m", standin_models, model=counted)
     assert counted.vision.calls == 5 and again.mask_area > 0.3
+
+
+def test_cli_mask_full_size_overlays(env, tmp_path):
+    draw_shape(tmp_path / "wide.png", "red", size=(1600, 1200), box=(0.1, 0.2, 0.5, 0.8))
+    sizes = {}
+    for flag in ([], ["--full-size-overlays"]):
+        out = tmp_path / ("full" if flag else "preview")
+        r = CliRunner().invoke(
+            cli, ["mask", str(tmp_path / "wide.png"), "red", "--out", str(out), "--json", *flag]
+        )
+        assert r.exit_code == 0, r.output
+        (red,) = json.loads(r.output[r.output.index("{") :])["masks"]
+        assert red["mask_path"] == str(out / "wide.red.mask.png")
+        assert Image.open(red["mask_path"]).size == (1600, 1200)
+        sizes[bool(flag)] = Image.open(red["overlay_path"]).size
+    assert sizes == {False: (1024, 768), True: (1600, 1200)}

@@ -98,8 +98,10 @@ def regions_of_runs(runs: Runs) -> list[Region]:
     a = np.repeat(np.arange(n), count)
     b = np.repeat(lo, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
     label = _components(n, a, b)
-    _, comp = np.unique(label, return_inverse=True)
-    k = int(comp.max()) + 1
+    # Labels are each component's smallest run index (a root labels itself): number the roots.
+    roots = label == np.arange(n)
+    k = int(roots.sum())
+    comp = (np.cumsum(roots) - 1)[label]
     area = np.bincount(comp, weights=x1 - x0, minlength=k).astype(np.int64)
     bx0 = np.full(k, w)
     by0 = np.full(k, h)
