@@ -1,8 +1,9 @@
 """`wherein embed`: list sources, fix the shard plan, embed the pending shards, write the manifest.
 
-Two engines write the identical shard format: "local" (a decode thread pool and
-one tower in this process) and "ray" (ray_embed.py: decode tasks, an actor pool
-of towers; local mode on a laptop, a cluster unchanged).
+Two engines write the identical shard format: "local" (the ingest pipeline
+`wherein index` runs — ingest/pipeline.py: a bounded decode thread pool and one
+tower in this process) and "ray" (ray_embed.py: decode tasks, an actor pool of
+towers; local mode on a laptop, a cluster unchanged).
 """
 
 from __future__ import annotations
