@@ -54,7 +54,7 @@ from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.errors import IndexError_, ModelError
 from wherein.schemas.models import SIGLIP_IMAGE_SIZE, SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import Hit
-from wherein.search.query import Query, QueryError, Term
+from wherein.search.query import SORT_KEYS, Query, QueryError, Term
 
 __all__ = [
     "Hit",
@@ -67,7 +67,6 @@ __all__ = [
     "open_index",
 ]
 
-SORT_KEYS = ("score", "date", "path", "size")
 DEFAULT_K = 10
 # Approximate (SQ8) scores can be off by ~1e-3; widen the range search by this
 # much, then cut on exact scores.

@@ -10,6 +10,9 @@ described by ``schemas/hit.schema.json``):
   ``read_csv`` turns it back into hit objects;
 - ``paths``: one path per line (``xargs``-friendly; ``paths0`` ends each with NUL);
 - ``table``: rank, probability, score, size in pixels, path; stale entries marked.
+
+``table()`` and ``human_bytes()`` are the plain-text helpers every command's
+human-readable output uses.
 """
 
 from __future__ import annotations
@@ -107,8 +110,6 @@ def read_csv(text: str) -> list[dict]:
 
 
 def to_table(hits: Sequence[Hit]) -> str:
-    from wherein.search.cli.common import table
-
     has_mask = any(h.mask_path for h in hits)
     rows = []
     for h in hits:
@@ -127,12 +128,48 @@ def to_table(hits: Sequence[Hit]) -> str:
     return table(rows, cols)
 
 
+def table(rows: list[dict], columns: list[str]) -> str:
+    """An aligned plain-text table (numbers right-aligned); "" for no rows."""
+    if not rows:
+        return ""
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    numeric = [
+        all(isinstance(r.get(c), int | float) or r.get(c) is None for r in rows) for c in columns
+    ]
+
+    def line(vals):
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)
+        ).rstrip()
+
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return str(v)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
 __all__ = [
     "FORMATS",
     "HIT_MASK_FIELDS",
     "csv_columns",
+    "human_bytes",
     "read_csv",
     "render",
+    "table",
     "to_csv",
     "to_json",
     "to_table",

@@ -37,6 +37,11 @@ class QueryError(WhereinError):
     """The query cannot be parsed or has nothing to search for."""
 
 
+# Orders of the hits after the cut (api.Searcher.search). Here, not in api, so the CLI
+# can offer them without importing numpy/faiss.
+SORT_KEYS = ("score", "date", "path", "size")
+
+
 _WEIGHT = re.compile(r"^(?P<body>.*?):(?P<w>[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)$", re.S)
 
 

@@ -435,14 +435,14 @@ def test_the_odd_image_is_the_most_unique(env, tmp_path):
         draw_shape(photos / f"blue_{i}.png", "blue", box=(0.1, 0.1 + 0.03 * i, 0.9, 0.8))
     draw_shape(photos / "odd_purple.png", "purple")
     run("index", photos, "-q")
-    hits = as_json("unique", "--k", "3", "--top", "5")
+    hits = as_json("unique", "--neighbours", "3", "-k", "5")
     assert len(hits) == 5
     assert names(hits)[0] == "odd_purple.png"
     u = [h["uniqueness"] for h in hits]
     assert u == sorted(u, reverse=True) and u[0] > u[1] + 0.1
     assert all(h["k"] == 3 for h in hits)
     assert all(h["score"] == pytest.approx(1 - h["uniqueness"], abs=1e-5) for h in hits)
-    paths = run("unique", "--k", "3", "--top", "1", "--paths").stdout
+    paths = run("unique", "--neighbours", "3", "--top", "1", "--paths").stdout
     assert paths == str(photos / "odd_purple.png") + "\n"
 
 
@@ -459,7 +459,7 @@ def test_uniqueness_is_the_mean_distance_to_the_k_nearest(indexed, tmp_path):
     assert len(hits) == 6
     # k larger than the index shrinks to n - 1
     out = tmp_path / "u.csv"
-    back = as_json("unique", "--k", "50", "--all", "--export", out)
+    back = as_json("unique", "--neighbours", "50", "--all", "--export", out)
     assert {h["k"] for h in back} == {5} and read_export(out) == back
 
 
@@ -487,7 +487,7 @@ def test_commands_share_the_output_formats(indexed):
         ["select", "red", "-p", "0.5"],
         ["label", "-l", "red"],
         ["dupes", "--threshold", "0.9"],
-        ["unique", "--k", "2"],
+        ["unique", "--neighbours", "2"],
     ):
         js = as_json(*cmd)
         nl = [json.loads(line) for line in run(*cmd, "--nl").stdout.splitlines()]

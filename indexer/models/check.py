@@ -16,6 +16,14 @@ def _io(spec: GraphSpec) -> str:
     return f"{ins} -> {outs}"
 
 
+def _image_tower_name(md: ModelDir, spec: GraphSpec) -> str:
+    """The graph the image check loads: a converted tower's (manifest) wins over the published one."""
+    try:
+        return md.image_tower_file().name
+    except (WhereinError, OSError, ValueError):  # none, or a bad manifest: name the expected file
+        return spec.filename
+
+
 def check_models(root: Path) -> tuple[list[dict], bool]:
     md = ModelDir(Path(root))
     rows: list[dict] = []
@@ -54,7 +62,7 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
         return f"batch sizes {tower.graph.batch_sizes}"
 
     spec = SIGLIP_IMAGE.graphs[0]
-    add(SIGLIP_IMAGE.key, spec.filename, _io(spec), image)
+    add(SIGLIP_IMAGE.key, _image_tower_name(md, spec), _io(spec), image)
 
     def text():
         from wherein.indexer.models.text_tower import TextTower

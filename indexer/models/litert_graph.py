@@ -8,9 +8,13 @@ uses other names falls back to tensor index order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +24,52 @@ from wherein.schemas.errors import ModelError
 from wherein.schemas.models import GraphSpec, TensorSpec
 
 _SLOT = re.compile(r"^(?:args|output)_(\d+)$")
+
+
+# Written by LiteRT's native code straight to fd 2 when it first makes its default
+# XNNPACK delegate (once per process); no environment variable or Python setting
+# turns it off (TF_CPP_MIN_LOG_LEVEL does not reach it).
+_NATIVE_NOTICES = (b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.",)
+_notice_lock = threading.Lock()
+_notice_pending = True
+
+
+@contextlib.contextmanager
+def _native_notice_filtered() -> Iterator[None]:
+    """Hold fd 2 in a temp file while native code runs, then pass on all but the notice.
+
+    Real warnings and errors written meanwhile still reach stderr, only later. Once the
+    notice has been seen it cannot come again, and later calls redirect nothing.
+    """
+    global _notice_pending
+    if not _notice_pending:
+        yield
+        return
+    with _notice_lock:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError):  # no usable fd 2: nothing to filter
+            yield
+            return
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                yield
+            finally:
+                try:
+                    sys.stderr.flush()
+                finally:
+                    os.dup2(saved, 2)
+                    os.close(saved)
+                held.seek(0)
+                lines = held.read().splitlines(keepends=True)
+                kept = b"".join(ln for ln in lines if ln.rstrip(b"\r\n") not in _NATIVE_NOTICES)
+                if len(kept) < sum(map(len, lines)):
+                    _notice_pending = False
+                view = memoryview(kept)
+                while view:
+                    view = view[os.write(2, view) :]
 
 
 def default_threads() -> int:
@@ -66,7 +116,9 @@ class LiteRTGraph:
             from ai_edge_litert.interpreter import Interpreter
 
             try:
-                interp = Interpreter(model_path=str(self.path), num_threads=self.num_threads)
+                with _native_notice_filtered():
+                    interp = Interpreter(model_path=str(self.path), num_threads=self.num_threads)
+                    _allocate(interp)
             except (ValueError, RuntimeError) as exc:
                 raise ModelError(f"{self.path}: not a loadable LiteRT model ({exc})") from exc
             self._local.interp = interp
@@ -159,6 +211,15 @@ class LiteRTGraph:
         if not out:
             return np.zeros((0, *sig.output_shapes[0][1:]), np.float32)
         return np.concatenate(out)
+
+
+def _allocate(interp) -> None:
+    """Allocate now, so LiteRT applies its default delegate (and prints its notice) here.
+
+    A graph that cannot allocate yet (dynamic shapes) is left to its signature runner.
+    """
+    with contextlib.suppress(ValueError, RuntimeError):
+        interp.allocate_tensors()
 
 
 def _allocate(interp) -> None:

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import click
 
-from wherein.search.cli.common import friendly_errors, index_option, json_option, models_option
+from wherein.search.cli.options import (
+    filter_options,
+    format_options,
+    friendly_errors,
+    index_option,
+    models_option,
+    raw_option,
+    standin_banner,
+    top_option,
+)
 from wherein.search.curate.export import (  # light: no numpy/faiss/torch
     EXPORT_FORMATS,
     LABEL_FORMATS,
@@ -22,21 +31,10 @@ def register(cli: click.Group) -> None:
 
 
 def output_options(f: Callable) -> Callable:
-    """The same output switches as `wherein search`, plus --export/--format."""
+    """The same output switches as `wherein search`, plus --export/--format, --index, --models."""
     for opt in reversed(
         [
-            json_option,
-            click.option("--nl", "fmt", flag_value="nl", help="One JSON object per line."),
-            click.option("--csv", "fmt", flag_value="csv", help="CSV with a header row."),
-            click.option(
-                "--paths", "fmt", flag_value="paths", help="Only the paths, one per line."
-            ),
-            click.option(
-                "--paths0",
-                "fmt",
-                flag_value="paths0",
-                help="Only the paths, NUL-terminated (xargs -0).",
-            ),
+            format_options(),
             click.option(
                 "--export",
                 "export_path",
@@ -53,6 +51,7 @@ def output_options(f: Callable) -> Callable:
                 help="Export format [default: from the FILE extension].",
             ),
             index_option,
+            models_option,
         ]
     ):
         f = opt(f)
@@ -76,8 +75,7 @@ def output_options(f: Callable) -> Callable:
 
 def _emit(
     hits,
-    as_json: bool,
-    fmt: str | None,
+    fmt: str,
     export_path,
     export_fmt,
     table: Callable[[list], str],
@@ -91,7 +89,6 @@ def _emit(
     from wherein.search import output
     from wherein.search.curate.export import export_format, write_export
 
-    fmt = "json" if as_json else (fmt or "table")
     if export_path:
         write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels)
         if export_format(export_path, export_fmt) in LABEL_FORMATS:
@@ -105,16 +102,6 @@ def _emit(
     else:
         sys.stdout.write(output.render(hits, fmt))
     return fmt
-
-
-def _standin_note(searcher_or_models, fmt_is_table: bool) -> None:
-    models = getattr(searcher_or_models, "models", searcher_or_models)
-    if fmt_is_table and models.is_standin:
-        click.secho(
-            f"Using STAND-IN models from {models.root} (they only know colours).",
-            fg="yellow",
-            err=True,
-        )
 
 
 def _stored_labels(searcher, hits):
@@ -142,29 +129,9 @@ def _path(h) -> str:
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
     help="Every image whose calibrated probability is at least P.",
 )
-@click.option(
-    "--max",
-    "limit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="At most N images (the most likely).",
-)
-@click.option(
-    "--under",
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Only images below this folder (repeatable).",
-)
-@click.option(
-    "--glob",
-    "glob",
-    multiple=True,
-    metavar="PATTERN",
-    help="Only paths matching PATTERN (as in search).",
-)
-@click.option(
-    "--raw", is_flag=True, help="Encode the text as typed, without 'This is a photo of {}.'."
-)
+@top_option(None, "At most N images (the most likely) [default: all of them].", "--max")
+@filter_options
+@raw_option
 @click.option(
     "--copy-to",
     type=click.Path(file_okay=False, path_type=Path),
@@ -200,12 +167,11 @@ def _path(h) -> str:
     "`wherein label` instead of by the query.",
 )
 @output_options
-@models_option
 @friendly_errors
 def select(
     query,
     min_probability,
-    limit,
+    k,
     under,
     glob,
     raw,
@@ -215,7 +181,6 @@ def select(
     mask,
     out_dir,
     category_from_labels,
-    as_json,
     fmt,
     export_path,
     export_fmt,
@@ -226,7 +191,7 @@ def select(
 
     \b
       wherein select red car -p 0.5 --export cars.csv
-      wherein select "a cat" -p 0.3 --max 500 --copy-to ~/datasets/cats
+      wherein select "a cat" -p 0.3 -k 500 --copy-to ~/datasets/cats
       wherein select dog -p 0.5 --link-to ./dogs --flat --nl
       wherein select "a red car" -p 0.5 --mask --out masks/ --export cars.parquet
       wherein select dog -p 0.5 --mask --export dogs.coco.json
@@ -248,12 +213,11 @@ def select(
     q.validate()
     if not q.has_text:
         raise click.UsageError("select needs a text term (the probability is calibrated for text)")
-    table = (fmt or "table") == "table" and not as_json
     with open_index(
         index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
     ) as searcher:
-        _standin_note(searcher, table)
-        hits = S.select(searcher, q, min_probability, limit, under=list(under), glob=list(glob))
+        standin_banner(searcher.models, fmt)
+        hits = S.select(searcher, q, min_probability, k, under=list(under), glob=list(glob))
         models_root = searcher.models.root
         labels = _stored_labels(searcher, hits) if category_from_labels else None
     dest = copy_to or link_to
@@ -263,7 +227,7 @@ def select(
     prompt = next(t.value for t in q.text_terms if t.weight > 0) if mask else None
     if prompt:
         hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root)
-    _emit(hits, as_json, fmt, export_path, export_fmt, output.to_table, prompt, labels)
+    _emit(hits, fmt, export_path, export_fmt, output.to_table, prompt, labels)
     if dest:
         made = S.materialise(placements, "link" if link_to else "copy")
         click.echo(f"{'linked' if link_to else 'copied'} {len(made)} file(s) into {dest}", err=True)
@@ -286,16 +250,13 @@ def select(
     default=None,
     help="Prompt for each label, {} = the label [default: 'This is a photo of {}.'].",
 )
-@click.option("--raw", is_flag=True, help="Use each label as typed (the same as --template '{}').")
+@raw_option
 @click.option(
     "--no-store", is_flag=True, help="Do not write the probabilities to the catalog's labels table."
 )
 @output_options
-@models_option
 @friendly_errors
-def label(
-    labels, template, raw, no_store, as_json, fmt, export_path, export_fmt, index_dir, models_dir
-):
+def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_dir, models_dir):
     """Zero-shot labels: each image's probability for each label, stored in the catalog.
 
     SigLIP's probabilities are independent per label (a sigmoid, not a softmax):
@@ -313,15 +274,14 @@ def label(
         raise click.UsageError("use --raw or --template, not both")
     names = L.parse_labels(labels)
     tmpl = L.check_template(L.RAW_TEMPLATE if raw else (template or SIGLIP_PROMPT_TEMPLATE))
-    table = (fmt or "table") == "table" and not as_json
     with open_index(index_dir, models_dir) as searcher:
-        _standin_note(searcher, table)
+        standin_banner(searcher.models, fmt)
         run = L.compute_labels(searcher, names, tmpl)
         stored = 0 if no_store else L.store_labels(searcher.store.catalog, run)
         hits = L.label_hits(searcher.store.catalog, run)
 
     def render_table(hs) -> str:
-        from wherein.search.cli.common import table as tbl
+        from wherein.search.output import table as tbl
 
         # A label may be called "path" or "best": its column must not replace ours.
         cols = {n: (n if n not in ("rank", "best", "path") else f"{n}*") for n in names}
@@ -336,7 +296,7 @@ def label(
         ]
         return tbl(rows, ["rank", "best", *cols.values(), "path"])
 
-    _emit(hits, as_json, fmt, export_path, export_fmt, render_table)
+    _emit(hits, fmt, export_path, export_fmt, render_table)
     if not no_store:
         click.echo(
             f"stored {stored} probabilities ({len(names)} label(s) x {len(run.ids)} image(s)) "
@@ -361,10 +321,11 @@ def label(
 )
 @output_options
 @friendly_errors
-def dupes(threshold, exact, redundant, as_json, fmt, export_path, export_fmt, index_dir):
+def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, models_dir):
     """Groups of duplicate and near-duplicate images, with a suggested keeper.
 
-    Keeper: largest resolution, then largest file, then the oldest file.
+    Keeper: largest resolution, then largest file, then the oldest file. Compares the
+    stored vectors: no model is loaded (--models is accepted like everywhere else).
 
     \b
       wherein dupes
@@ -373,9 +334,9 @@ def dupes(threshold, exact, redundant, as_json, fmt, export_path, export_fmt, in
     """
     from wherein.indexer import paths as P
     from wherein.indexer.store.index_store import IndexStore
-    from wherein.search.cli.common import human_bytes
-    from wherein.search.cli.common import table as tbl
     from wherein.search.curate.dupes import find_duplicates
+    from wherein.search.output import human_bytes
+    from wherein.search.output import table as tbl
 
     if exact and threshold is not None:
         raise click.UsageError("--threshold does not apply with --exact")
@@ -399,7 +360,7 @@ def dupes(threshold, exact, redundant, as_json, fmt, export_path, export_fmt, in
         ]
         return tbl(rows, ["group", "size", "keep", "match", "cosine", "pixels", "bytes", "path"])
 
-    out_fmt = _emit(hits, as_json, fmt, export_path, export_fmt, render_table)
+    out_fmt = _emit(hits, fmt, export_path, export_fmt, render_table)
     if out_fmt == "table":
         how = "exact copies" if report.threshold is None else f"cosine >= {report.threshold:g}"
         click.echo(
@@ -411,41 +372,36 @@ def dupes(threshold, exact, redundant, as_json, fmt, export_path, export_fmt, in
 
 # -- unique ---------------------------------------------------------------------------------
 @click.command()
-@click.option(
-    "--k",
-    "k",
-    type=click.IntRange(min=1),
-    default=10,
-    show_default=True,
-    help="Neighbours to average over.",
-)
-@click.option(
-    "--top",
-    "top",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    help="Show the N most unique images.",
-)
+@top_option(20, "At most N images, the most unique first (as `search -k`).")
 @click.option(
     "--all", "show_all", is_flag=True, help="Every image, most unique first (for exports)."
 )
+@click.option(
+    "--neighbours",
+    "neighbours",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="How many nearest neighbours each image's uniqueness averages over.",
+)
 @output_options
 @friendly_errors
-def unique(k, top, show_all, as_json, fmt, export_path, export_fmt, index_dir):
-    """The oddest images: mean cosine distance to their k nearest neighbours, highest first.
+def unique(k, show_all, neighbours, fmt, export_path, export_fmt, index_dir, models_dir):
+    """The oddest images: mean cosine distance to their nearest neighbours, highest first.
+
+    Compares the stored vectors: no model is loaded (--models is accepted like everywhere else).
 
     \b
-      wherein unique --k 10 --top 20
+      wherein unique -k 20 --neighbours 10
       wherein unique --all --export uniqueness.csv
     """
     from wherein.indexer import paths as P
     from wherein.indexer.store.index_store import IndexStore
-    from wherein.search.cli.common import table as tbl
     from wherein.search.curate.unique import unique_hits
+    from wherein.search.output import table as tbl
 
     with IndexStore.open(P.index_dir(index_dir)) as store:
-        hits = unique_hits(store, k, None if show_all else top)
+        hits = unique_hits(store, neighbours, None if show_all else k)
 
     def render_table(hs) -> str:
         rows = [
@@ -459,4 +415,4 @@ def unique(k, top, show_all, as_json, fmt, export_path, export_fmt, index_dir):
         ]
         return tbl(rows, ["rank", "uniqueness", "pixels", "path"])
 
-    _emit(hits, as_json, fmt, export_path, export_fmt, render_table)
+    _emit(hits, fmt, export_path, export_fmt, render_table)

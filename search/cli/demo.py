@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from wherein.search.cli.common import friendly_errors, models_option
+from wherein.search.cli.options import friendly_errors, models_option
 
 
 def register(cli: click.Group) -> None:
@@ -34,10 +34,9 @@ def register(cli: click.Group) -> None:
             from wherein.indexer.models.standins import build_standin_models
 
             standin = workdir / "standin-models"
-            click.secho(
-                f"No real models in {models.root}: using tiny STAND-IN models (they only know colours), "
-                f"built into {standin}.\nFor real SigLIP 2 + CLIPSeg run `wherein models pull` (about 1 GB).",
-                fg="yellow",
+            click.echo(
+                f"No real models in {models.root}: building tiny stand-ins into {standin}.\n"
+                "For real SigLIP 2 + CLIPSeg run `wherein models pull` (about 1 GB)."
             )
             models = ModelDir(build_standin_models(standin))
         else:
@@ -46,34 +45,22 @@ def register(cli: click.Group) -> None:
         write_sample(photos)
         index_dir = workdir / "index"
         click.echo(f"\n$ wherein index {photos} --index {index_dir}")
+        # Every other parameter takes its default (ctx.invoke fills them in).
         ctx.invoke(
             cli.commands["index"],
             paths=(photos,),
             index_dir=index_dir,
             models_dir=models.root,
-            hidden=False,
-            retry_skipped=False,
-            workers=None,
-            threads=None,
-            no_draft=False,
             quiet=True,
-            as_json=False,
         )
         click.echo(f"\n$ wherein status --check --index {index_dir}")
-        ctx.invoke(cli.commands["status"], index_dir=index_dir, check=True, as_json=False)
-        if "search" in cli.commands:
-            out = workdir / "out"
-            args = [query, "--index", str(index_dir), "--models", str(models.root), "-k", "3"]
-            try:
-                import wherein.search.localize.masking  # noqa: F401
-
-                args += ["--mask", "--out", str(out)]
-            except ImportError:
-                pass
-            click.echo("\n$ wherein search " + " ".join(f'"{a}"' if " " in a else a for a in args))
-            cli.commands["search"].main(args, standalone_mode=False)
-            if "--mask" in args:
-                click.echo(f"\nMasks and overlays: {out}")
+        ctx.invoke(cli.commands["status"], index_dir=index_dir, models_dir=models.root, check=True)
+        out = workdir / "out"
+        args = [query, "--index", str(index_dir), "--models", str(models.root), "-k", "3"]
+        args += ["--mask", "--out", str(out)]
+        click.echo("\n$ wherein search " + " ".join(f'"{a}"' if " " in a else a for a in args))
+        cli.commands["search"].main(args, standalone_mode=False)
+        click.echo(f"\nMasks and overlays: {out}")
         click.echo(
             f"\nNext: export WHEREIN_INDEX={index_dir.resolve()} WHEREIN_MODELS={models.root.resolve()}, then try "
             '`wherein search "blue"` or `wherein index ~/Pictures`.'

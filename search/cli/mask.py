@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
-from wherein.search.cli.common import echo_json, friendly_errors, json_option, models_option, table
+from wherein.search.cli.options import (
+    echo_json,
+    friendly_errors,
+    index_option,
+    json_option,
+    models_option,
+    standin_banner,
+)
+
+_CATALOG_ID = re.compile(r"^id:(\d+)$")
 
 
 def register(cli: click.Group) -> None:
@@ -14,7 +24,7 @@ def register(cli: click.Group) -> None:
 
 
 @click.command()
-@click.argument("image", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("image")
 @click.argument("prompts", nargs=-1, required=True)
 @click.option(
     "--out",
@@ -32,27 +42,31 @@ def register(cli: click.Group) -> None:
     is_flag=True,
     help="Overlays at the photo's size (slower) instead of a preview of at most 1024 px.",
 )
+@index_option
 @models_option
 @json_option
 @friendly_errors
-def mask(image, prompts, out_dir, no_files, full_size_overlays, models_dir, as_json):
+def mask(image, prompts, out_dir, no_files, full_size_overlays, index_dir, models_dir, fmt):
     """Mask each PROMPT on IMAGE: area, box of the largest region, score, files written.
 
-    One vision pass serves all prompts. Boxes are [x0, y0, x1, y1] in the image's
-    pixels as a viewer shows it (EXIF rotation applied), x1/y1 exclusive.
+    IMAGE is a file, or id:N for the image with catalog id N in --index (the `id` of a
+    `wherein search --json` hit). One vision pass serves all prompts. Boxes are
+    [x0, y0, x1, y1] in the image's pixels as a viewer shows it (EXIF rotation
+    applied), x1/y1 exclusive.
+
+    \b
+      wherein mask photo.jpg "the dog" "the ball"
+      wherein mask id:17 sky --json
     """
     from wherein.indexer import paths as P
     from wherein.indexer.models.clipseg import ClipSeg
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.search.localize.masking import mask_file
+    from wherein.search.output import table
 
+    image = _image_path(image, index_dir)
     models = ModelDir(P.models_dir(models_dir))
-    if models.is_standin and not as_json:
-        click.secho(
-            f"Using STAND-IN models from {models.root} (they only know colours).",
-            fg="yellow",
-            err=True,
-        )
+    standin_banner(models, fmt)
     model = ClipSeg.load(models)
     results = mask_file(
         model,
@@ -67,7 +81,7 @@ def mask(image, prompts, out_dir, no_files, full_size_overlays, models_dir, as_j
         row["mask_path"] = files.get("mask")
         row["overlay_path"] = files.get("overlay")
         rows.append(row)
-    if as_json:
+    if fmt == "json":
         echo_json({"image": str(image), "standin": models.is_standin, "masks": rows})
         return
     w, h = results[0][0].size
@@ -90,3 +104,32 @@ def mask(image, prompts, out_dir, no_files, full_size_overlays, models_dir, as_j
     for r in rows:
         if r["mask_path"]:
             click.echo(f"wrote {r['mask_path']}  {r['overlay_path']}")
+
+
+def _image_path(image: str, index_dir: Path | None) -> Path:
+    """IMAGE as given: an existing file, else id:N looked up in the index's catalog."""
+    path = Path(image).expanduser()
+    if path.is_file():
+        return path
+    found = _CATALOG_ID.match(image)
+    if found is None:
+        if path.exists():
+            raise click.BadParameter(f"{image}: not a file", param_hint="IMAGE")
+        raise click.BadParameter(
+            f"{image}: no such file (or give id:N, a catalog id in --index)", param_hint="IMAGE"
+        )
+    from wherein.indexer import paths as P
+    from wherein.indexer.store.index_store import IndexStore
+    from wherein.schemas.errors import IndexError_
+
+    image_id = int(found.group(1))
+    with IndexStore.open(P.index_dir(index_dir), load_vectors=False) as store:
+        row = store.catalog.rows_by_ids([image_id]).get(image_id)
+        where = store.dir
+    if row is None:
+        raise IndexError_(f"{where}: no image with id {image_id}")
+    if not Path(row["path"]).is_file():
+        raise IndexError_(
+            f"{row['path']} (id {image_id}) is gone; run `wherein index` on its folder"
+        )
+    return Path(row["path"])

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from wherein.search.cli.common import echo_json, friendly_errors, json_option, models_option
+from wherein.search.cli.options import (
+    echo_json,
+    friendly_errors,
+    index_option,
+    json_option,
+    models_option,
+    progress,
+    quiet_option,
+)
 
 
 def register(cli: click.Group) -> None:
@@ -59,7 +67,7 @@ def register(cli: click.Group) -> None:
     "--no-draft", is_flag=True, help="Decode JPEGs at full size (as `wherein index --no-draft`)."
 )
 @models_option
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@quiet_option
 @json_option
 @friendly_errors
 def embed(
@@ -75,16 +83,14 @@ def embed(
     no_draft,
     models_dir,
     quiet,
-    as_json,
+    fmt,
 ):
     """Embed images from SOURCES into parquet shards: folders, .txt/.parquet lists of paths
     or URIs, and uncompressed webdataset .tar shards."""
-    from tqdm import tqdm
-
     from wherein.indexer import paths as P
     from wherein.indexer.scale.embed import embed as run_embed
 
-    bar = tqdm(total=0, unit="img", disable=quiet or as_json, dynamic_ncols=True, file=sys.stderr)
+    bar = progress(quiet, fmt)
     try:
         stats = run_embed(
             list(sources),
@@ -99,8 +105,8 @@ def embed(
             threads=threads,
             draft=not no_draft,
             progress=bar.update,
-            on_total=lambda n: bar.reset(total=n),
-            say=lambda m: bar.write(m, file=sys.stderr),  # through tqdm: not inside the bar
+            on_total=bar.reset,
+            say=bar.write,  # through the bar while one is drawn: not inside it
         )
     except ModuleNotFoundError as exc:
         if exc.name in ("ray", "pyarrow"):
@@ -125,7 +131,7 @@ def embed(
         "interrupted": stats.interrupted,
         "problems": [{"path": p.path, "reason": p.reason} for p in stats.problems],
     }
-    if as_json:
+    if fmt == "json":
         echo_json(result)
     else:
         click.echo(
@@ -146,21 +152,20 @@ def embed(
 
 @click.command("build-index")
 @click.argument("embed_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option(
-    "--index",
-    "index_dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="New index directory to write (open it with `wherein search --index`).",
-)
+@index_option
 @click.option(
     "--max-memory", default=None, help="Memory budget for the vectors, e.g. 4G, 512M [no limit]."
 )
-@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+@quiet_option
 @json_option
 @friendly_errors
-def build_index(embed_dir, index_dir, max_memory, quiet, as_json):
-    """Build a wherein index (catalog + FAISS) from the shards `wherein embed` wrote."""
+def build_index(embed_dir, index_dir, max_memory, quiet, fmt):
+    """Build a new wherein index (catalog + FAISS) from the shards `wherein embed` wrote.
+
+    The index goes to --index (or WHEREIN_INDEX, or the per-user dir), which must not
+    hold an index yet.
+    """
+    from wherein.indexer import paths as P
     from wherein.indexer.scale.build_index import build_index as run_build
     from wherein.indexer.scale.build_index import parse_bytes
 
@@ -168,10 +173,10 @@ def build_index(embed_dir, index_dir, max_memory, quiet, as_json):
         budget = parse_bytes(max_memory) if max_memory else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--max-memory") from None
-    say = None if quiet or as_json else (lambda m: click.echo(m, err=True))
-    stats = run_build(embed_dir, index_dir, budget, progress=say)
+    say = None if quiet or fmt == "json" else (lambda m: click.echo(m, err=True))
+    stats = run_build(embed_dir, P.index_dir(index_dir), budget, progress=say)
     result = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in vars(stats).items()}
-    if as_json:
+    if fmt == "json":
         echo_json(result)
     else:
         click.echo(

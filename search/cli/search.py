@@ -7,13 +7,21 @@ from pathlib import Path
 
 import click
 
-from wherein.search.cli.common import friendly_errors, index_option, json_option, models_option
+from wherein.search.cli.options import (
+    SORT_KEYS,
+    filter_options,
+    format_options,
+    friendly_errors,
+    index_option,
+    models_option,
+    raw_option,
+    standin_banner,
+    top_option,
+)
 from wherein.search.curate.export import (  # light: no numpy/faiss/torch
     EXPORT_FORMATS,
     LABEL_FORMATS,
 )
-
-SORT_KEYS = ("score", "date", "path", "size")  # mirrors api.SORT_KEYS (api imports numpy/faiss)
 
 
 def register(cli: click.Group) -> None:
@@ -22,14 +30,7 @@ def register(cli: click.Group) -> None:
 
 @click.command()
 @click.argument("query", nargs=-1)
-@click.option(
-    "-k",
-    "--top",
-    "k",
-    type=click.IntRange(min=1),
-    default=None,
-    help="At most N hits [default: 10, or all above a --min-* threshold].",
-)
+@top_option(None, "At most N hits [default: 10, or all above a --min-* threshold].")
 @click.option(
     "--min-probability",
     "-p",
@@ -63,19 +64,7 @@ def register(cli: click.Group) -> None:
 @click.option(
     "--unlike", "unlike", multiple=True, metavar="PHOTO[:W]", help="Subtract an image (repeatable)."
 )
-@click.option(
-    "--under",
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Only images below this folder (repeatable: any of them).",
-)
-@click.option(
-    "--glob",
-    "glob",
-    multiple=True,
-    metavar="PATTERN",
-    help="Only paths matching PATTERN: '*.jpg' matches names, 'trips/*' paths; case-insensitive.",
-)
+@filter_options
 @click.option(
     "--sort",
     type=click.Choice(SORT_KEYS),
@@ -84,19 +73,8 @@ def register(cli: click.Group) -> None:
     help="Order of the hits after the cut: date = newest first, size = largest first.",
 )
 @click.option("--reverse", is_flag=True, help="Reverse the sort order.")
-@click.option(
-    "--raw",
-    "raw",
-    is_flag=True,
-    help="Encode text terms as typed, without the prompt 'This is a photo of {}.'.",
-)
-@json_option
-@click.option("--nl", "fmt", flag_value="nl", help="One JSON object per line.")
-@click.option("--csv", "fmt", flag_value="csv", help="CSV with a header row.")
-@click.option("--paths", "fmt", flag_value="paths", help="Only the paths, one per line.")
-@click.option(
-    "--paths0", "fmt", flag_value="paths0", help="Only the paths, NUL-terminated (xargs -0)."
-)
+@raw_option
+@format_options()
 @click.option("--mask", is_flag=True, help="Also segment where the match is in each hit (CLIPSeg).")
 @click.option(
     "--mask-prompt",
@@ -159,7 +137,6 @@ def search(
     sort,
     reverse,
     raw,
-    as_json,
     fmt,
     mask,
     mask_prompt,
@@ -186,7 +163,6 @@ def search(
     from wherein.search import output
     from wherein.search.api import Query, add_masks, open_index
 
-    fmt = "json" if as_json else (fmt or "table")
     q = Query.build(list(query), add=add, subtract=subtract, like=like, unlike=unlike)
     q.validate()
     if export_path is not None:  # a bad destination fails now, not after the search
@@ -201,12 +177,7 @@ def search(
     with open_index(
         index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
     ) as searcher:
-        if fmt == "table" and searcher.models.is_standin:
-            click.secho(
-                f"Using STAND-IN models from {searcher.models.root} (they only know colours).",
-                fg="yellow",
-                err=True,
-            )
+        standin_banner(searcher.models, fmt)
         hits = searcher.search(
             q,
             k=k,

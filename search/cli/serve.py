@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 
 import click
+from click.core import ParameterSource
 
-from wherein.search.cli.common import friendly_errors, index_option, models_option
+from wherein.search.cli.options import (
+    friendly_errors,
+    index_option,
+    models_option,
+    raw_option,
+    standin_banner,
+)
+
+DEFAULT_PORT = 8765
 
 
 def register(cli: click.Group) -> None:
@@ -22,6 +33,47 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (0: any free port); OSError when it cannot be had.
+
+    Bound here, then handed to uvicorn, so the address printed is the one served and a
+    taken port is known before anything is printed or loaded.
+    """
+    family, kind, proto, _, addr = socket.getaddrinfo(
+        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As uvicorn does: a port left in TIME_WAIT by a previous run is free; one that
+        # another program listens on still is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def listen(host: str, port: int, explicit: bool) -> socket.socket:
+    """The socket to serve on: the port asked for, else (default port taken) any free one."""
+    try:
+        return bind(host, port)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise click.ClickException(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        if explicit:
+            raise click.ClickException(
+                f"port {port} on {host} is taken by another program; pass another --port "
+                "(--port 0 picks a free one)"
+            ) from None
+    sock = bind(host, 0)
+    click.echo(f"port {port} is taken; using free port {sock.getsockname()[1]}", err=True)
+    return sock
+
+
 @click.command()
 @index_option
 @models_option
@@ -34,15 +86,11 @@ def is_loopback(host: str) -> bool:
 @click.option(
     "--port",
     type=click.IntRange(0, 65535),
-    default=8765,
+    default=DEFAULT_PORT,
     show_default=True,
-    help="Port (0: any free one).",
+    help="Port (0: any free one). Unset and taken: any free one, said on stderr.",
 )
-@click.option(
-    "--raw",
-    is_flag=True,
-    help="Encode text terms as typed, without the prompt 'This is a photo of {}.'.",
-)
+@raw_option
 @friendly_errors
 def serve(index_dir, models_dir, host, port, raw):
     """Start a local web app over an index: search, browse, see where each match is.
@@ -57,6 +105,9 @@ def serve(index_dir, models_dir, host, port, raw):
     from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
     from wherein.search.web.app import create_app
 
+    ctx = click.get_current_context()
+    sock = listen(host, port, ctx.get_parameter_source("port") is not ParameterSource.DEFAULT)
+    port = sock.getsockname()[1]
     loopback = is_loopback(host)
     if not loopback:
         click.secho(
@@ -66,23 +117,23 @@ def serve(index_dir, models_dir, host, port, raw):
             bold=True,
             err=True,
         )
-    app = create_app(
-        index_dir,
-        models_dir,
-        template=None if raw else SIGLIP_PROMPT_TEMPLATE,
-        allowed_hosts=None if loopback else ["*"],
-    )
-    state = app.state.wherein
-    if state.searcher.models.is_standin:
-        click.secho(
-            f"Using STAND-IN models from {state.searcher.models.root} (they only know colours).",
-            fg="yellow",
-            err=True,
+    try:
+        app = create_app(
+            index_dir,
+            models_dir,
+            template=None if raw else SIGLIP_PROMPT_TEMPLATE,
+            allowed_hosts=None if loopback else ["*"],
         )
+    except BaseException:
+        sock.close()
+        raise
+    state = app.state.wherein
+    standin_banner(state.searcher.models)
     shown = f"[{host}]" if ":" in host else host
     click.echo(
         f"wherein: {state.searcher.count} images in {state.index_dir}; "
         f"open http://{shown}:{port}  (Ctrl-C stops)",
         err=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
+    config = uvicorn.Config(app, log_level="warning", server_header=False)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,4 +1,7 @@
-"""`wherein models convert` and `wherein models verify` (the [convert] extra does the work)."""
+"""`wherein models pull | check | convert | verify`: get, check and convert the models.
+
+convert and verify need the [convert] extra (litert-torch, torch); pull and check do not.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,59 @@ from pathlib import Path
 
 import click
 
-from wherein.search.cli.common import echo_json, friendly_errors, json_option, models_option, table
+from wherein.search.cli.options import echo_json, friendly_errors, json_option, models_option
 
 
+@click.group()
+def models() -> None:
+    """Download, check and convert models."""
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(models)
+
+
+# -- pull ----------------------------------------------------------------------
+@models.command("pull")
+@models_option
+@click.option(
+    "--only", type=click.Choice(["siglip2-image", "siglip2-text", "clipseg"]), multiple=True
+)
+@friendly_errors
+def pull(models_dir, only):
+    """Download the real models from the Hugging Face Hub (resumable)."""
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.modeldir import pull as pull_models
+
+    root = P.models_dir(models_dir)
+    for d in pull_models(root, list(only) or None):
+        click.echo(f"ok  {d}")
+
+
+# -- check ---------------------------------------------------------------------
+@models.command("check")
+@click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
+@models_option
+@json_option
+@friendly_errors
+def check(directory, models_dir, fmt):
+    """Load each model and verify its input/output contract (DIRECTORY: instead of --models)."""
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.check import check_models
+    from wherein.search.output import table
+
+    root = directory or P.models_dir(models_dir)
+    rows, ok = check_models(root)
+    if fmt == "json":
+        echo_json({"models": str(root), "ok": ok, "checks": rows})
+    else:
+        click.echo(table(rows, ["model", "file", "expected", "found", "status"]))
+    if not ok:
+        bad = next(r for r in rows if r["status"] != "ok")
+        raise click.ClickException(f"{bad['file']}: {bad['found']} (expected {bad['expected']})")
+
+
+# -- convert -------------------------------------------------------------------
 def _batches(_ctx, _param, value: str) -> list[int]:
     try:
         return [int(v) for v in value.split(",") if v.strip()]
@@ -17,15 +70,16 @@ def _batches(_ctx, _param, value: str) -> list[int]:
         raise click.BadParameter("comma-separated integers, e.g. 1,8") from None
 
 
-@click.command("convert")
+@models.command("convert")
 @click.argument("tower", type=click.Choice(["siglip2", "siglip2-text"]))
 @click.option(
     "--out",
     "out",
-    required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Models directory to write into (graph + manifest.json go to its siglip2-image/ "
-    "or siglip2-text/ folder; the manifest makes wherein use the new graph).",
+    default=None,
+    help="Models directory to convert in [default: the --models directory]. The graph and "
+    "manifest.json go to its siglip2-image/ or siglip2-text/ folder (the manifest makes "
+    "wherein use the new graph); siglip2-text reads its weights from that same folder.",
 )
 @click.option(
     "--batch",
@@ -46,7 +100,8 @@ def _batches(_ctx, _param, value: str) -> list[int]:
     "--source",
     default=None,
     help="Weights: hf-hub:timm/ViT-B-16-SigLIP2 (default for siglip2), local-dir:DIR, or "
-    "standin. siglip2-text defaults to local-dir:MODELS/siglip2-text.",
+    "standin. siglip2-text defaults to local-dir:OUT/siglip2-text (the graph must sit "
+    "beside its tokenizer files).",
 )
 @click.option("--random-weights", is_flag=True, help="Random weights (tests and benchmarks only).")
 @click.option(
@@ -60,32 +115,37 @@ def _batches(_ctx, _param, value: str) -> list[int]:
 @models_option
 @json_option
 @friendly_errors
-def convert(
-    tower, out, batches, precision, source, random_weights, config, seed, models_dir, as_json
-):
-    """Convert a SigLIP 2 tower to LiteRT and prove it equal to PyTorch."""
+def convert(tower, out, batches, precision, source, random_weights, config, seed, models_dir, fmt):
+    """Convert a SigLIP 2 tower to LiteRT and prove it equal to PyTorch.
+
+    \b
+      wherein models convert siglip2 --precision int8          (into --models / WHEREIN_MODELS)
+      wherein models convert siglip2-text --out ~/models        (reads and writes ~/models)
+    """
     from wherein.indexer import paths as P
     from wherein.indexer.models.convert import build as C
     from wherein.indexer.models.convert.towers import parse_source
     from wherein.schemas.models import SIGLIP_TEXT
 
-    log = (lambda s: click.echo(s, err=True)) if as_json else click.echo
+    root = out or P.models_dir(models_dir)
+    log = (lambda s: click.echo(s, err=True)) if fmt == "json" else click.echo
     if tower == "siglip2":
         src = parse_source(source, random_weights, config, seed)
-        manifest = C.convert_image_tower(src, out, batches, precision, log=log)
+        manifest = C.convert_image_tower(src, root, batches, precision, log=log)
     else:
         if random_weights:
             raise click.UsageError("the text tower converts from real weights (see --source)")
         if precision == "int8":
             raise click.UsageError("the text tower converts at fp32 or fp16")
         if source is None:
-            source = f"local-dir:{P.models_dir(models_dir) / SIGLIP_TEXT.key}"
-        manifest = C.convert_text_tower(parse_source(source), out, precision, log=log)
-    if as_json:
+            source = f"local-dir:{root / SIGLIP_TEXT.key}"
+        manifest = C.convert_text_tower(parse_source(source), root, precision, log=log)
+    if fmt == "json":
         echo_json(manifest)
 
 
-@click.command("verify")
+# -- verify --------------------------------------------------------------------
+@models.command("verify")
 @click.argument("directory", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--images",
@@ -103,14 +163,15 @@ def convert(
 @models_option
 @json_option
 @friendly_errors
-def verify(directory, images, count, models_dir, as_json):
+def verify(directory, images, count, models_dir, fmt):
     """Run each LiteRT graph beside its PyTorch reference; exit 1 below the pass marks."""
     from wherein.indexer import paths as P
     from wherein.indexer.models.convert.verify import COLUMNS, thresholds_text, verify_models
+    from wherein.search.output import table
 
     root = directory or P.models_dir(models_dir)
     rows, ok = verify_models(root, images, count, log=lambda s: click.echo(s, err=True))
-    if as_json:
+    if fmt == "json":
         echo_json({"models": str(root), "ok": ok, "thresholds": thresholds_text(), "graphs": rows})
     else:
         click.echo(table([_readable(r) for r in rows], COLUMNS))
@@ -124,8 +185,3 @@ def _readable(row: dict) -> dict:
     """Six decimals for the correlation: the pass mark is 0.9999."""
     fmt = {"pearson": "{:.6f}", "max_abs_diff": "{:.2e}", "top10": "{:.3f}"}
     return {k: (fmt[k].format(v) if k in fmt and v is not None else v) for k, v in row.items()}
-
-
-def register(cli: click.Group) -> None:
-    cli.commands["models"].add_command(convert)
-    cli.commands["models"].add_command(verify)

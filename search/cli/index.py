@@ -1,0 +1,223 @@
+"""`wherein index` and `wherein status`: build the local index and report on it.
+
+Neither imports torch: both must start fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from wherein.search.cli.options import (
+    echo_json,
+    friendly_errors,
+    index_option,
+    json_option,
+    models_option,
+    progress,
+    quiet_option,
+    standin_banner,
+)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(index)
+    cli.add_command(status)
+
+
+# -- index ---------------------------------------------------------------------
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@index_option
+@models_option
+@click.option("--hidden", is_flag=True, help="Also index hidden files and folders.")
+@click.option("--retry-skipped", is_flag=True, help="Try again files skipped in earlier runs.")
+@click.option("--workers", type=click.IntRange(1, 64), default=None, help="Decode threads.")
+@click.option("--threads", type=click.IntRange(1, 64), default=None, help="Model threads.")
+@click.option(
+    "--no-draft", is_flag=True, help="Decode JPEGs at full size (slower, same result within noise)."
+)
+@quiet_option
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="If another wherein process is writing this index, wait for it instead of exiting 75.",
+)
+@json_option
+@friendly_errors
+def index(
+    paths,
+    index_dir,
+    models_dir,
+    hidden,
+    retry_skipped,
+    workers,
+    threads,
+    no_draft,
+    quiet,
+    wait,
+    fmt,
+):
+    """Index the images under PATHS (incremental: re-run any time)."""
+    from wherein.indexer import paths as P
+    from wherein.indexer.ingest.run import Indexer
+    from wherein.indexer.models.image_tower import ImageTower
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.store.index_store import IndexStore
+
+    models = ModelDir(P.models_dir(models_dir))
+    standin_banner(models, fmt)
+    tower = ImageTower.from_models(models, threads)
+    with IndexStore.open(
+        P.index_dir(index_dir),
+        write=True,
+        create=True,
+        wait=wait,
+        on_wait=lambda line: click.echo(line, err=True),
+    ) as store:
+        indexer = Indexer(store, tower, workers=workers, draft=not no_draft)
+        with progress(quiet, fmt) as bar:
+            stats = indexer.run(
+                list(paths),
+                include_hidden=hidden,
+                retry_skipped=retry_skipped,
+                progress=bar.update,
+                on_total=bar.reset,
+            )
+        total = store.catalog.count_embedded()
+    result = {
+        "images": total,
+        "embedded": stats.embedded,
+        "unchanged": stats.unchanged,
+        "moved": stats.moved,
+        "copied": stats.copied,
+        "touched": stats.touched,
+        "deleted": stats.deleted,
+        "skipped": stats.skipped,
+        "skipped_earlier": stats.skipped_known,
+        "invalidated": stats.invalidated,
+        "seconds": round(stats.seconds, 2),
+        "images_per_second": round(stats.images_per_second, 2),
+        "interrupted": stats.interrupted,
+        "problems": [{"path": p.path, "reason": p.reason} for p in stats.problems],
+        "bad_roots": [p.path for p in stats.bad_roots],
+        "changed_during_read": stats.unsettled,
+    }
+    if fmt == "json":
+        echo_json(result)
+    else:
+        if stats.invalidated:
+            click.echo(f"model changed: {stats.invalidated} old vectors dropped and re-embedded")
+        click.echo(
+            f"{total} images indexed: {stats.embedded} embedded, {stats.unchanged} unchanged, "
+            f"{stats.moved} moved, {stats.copied} duplicates, {stats.deleted} removed, "
+            f"{stats.skipped} skipped ({stats.images_per_second:.1f} images/s)"
+        )
+        for p in stats.problems:
+            if not p.root:  # a root that cannot be read is the error line below
+                click.echo(f"  could not read {p.path}: {p.reason}", err=True)
+        if stats.skipped:
+            click.echo("  see `wherein status` for skipped files and reasons")
+        if stats.unsettled:
+            click.echo(f"  {stats.unsettled} changed while being read: the next run indexes them")
+    if stats.interrupted:
+        click.echo(
+            "interrupted: everything committed so far is kept; run again to resume", err=True
+        )
+        sys.exit(130)
+    if stats.bad_roots:
+        # After indexing the other roots; a missing root deletes nothing it held (plan.py).
+        raise click.ClickException(
+            "; ".join(f"cannot read {p.path}: {p.reason}" for p in stats.bad_roots)
+        )
+
+
+# -- status --------------------------------------------------------------------
+@click.command()
+@index_option
+@models_option
+@click.option("--check", is_flag=True, help="Verify catalog and vectors agree; exit 1 if not.")
+@json_option
+@friendly_errors
+def status(index_dir, models_dir, check, fmt):
+    """Counts, model, index type and size, skipped files; whether --models matches the index."""
+    from wherein.indexer import paths as P
+    from wherein.indexer.store.index_store import IndexStore
+    from wherein.indexer.store.status import index_status
+    from wherein.schemas.errors import IndexLocked
+
+    d = P.index_dir(index_dir)
+    try:
+        store = IndexStore.open(d, write=check, load_vectors=check)
+    except IndexLocked:
+        if not check:
+            raise
+        store = IndexStore.open(d)  # a writer holds the lock: check read-only
+    with store:
+        report = store.check() if check else None
+        info = index_status(store)
+    info["models"] = _models_against_index(P.models_dir(models_dir), info.get("model_id"))
+    if report is not None:
+        info["check"] = {"ok": report.ok, "problems": report.problems, "repaired": report.repaired}
+    if fmt == "json":
+        echo_json(info)
+    else:
+        from wherein.search.output import human_bytes
+
+        vi = info["vector_index"] or {}
+        click.echo(f"index      {info['index']}")
+        click.echo(
+            f"images     {info['images']}"
+            + (f" ({info['pending']} pending)" if info["pending"] else "")
+        )
+        click.echo(f"model      {info['model_file']} [{info['space']}, dim {info['dim']}]")
+        click.echo(f"models     {_models_line(info['models'])}")
+        click.echo(
+            f"vectors    {vi.get('kind', '-')} ({vi.get('factory', '-')}), {info['vectors_in_faiss']} in FAISS"
+            + ("" if info["vectors_current"] else ", behind catalog (synced on next open)")
+        )
+        click.echo(f"disk       {human_bytes(info['disk_total_bytes'])}")
+        click.echo(f"skipped    {info['skipped_count']}")
+        for s in info["skipped"]:
+            click.echo(f"  {s['path']}: {s['reason']}")
+        if report is not None:
+            for r in report.repaired:
+                click.echo(f"repaired   {r}")
+            for p in report.problems:
+                click.echo(f"PROBLEM    {p}", err=True)
+            click.echo("check      " + ("ok" if report.ok else "FAILED"))
+    if report is not None and not report.ok:
+        sys.exit(1)
+
+
+def _models_against_index(root: Path, index_model_id: str | None) -> dict:
+    """Would `wherein index` with these models keep the index's vectors? (None: cannot tell.)"""
+    from wherein.indexer.models.image_tower import tower_id
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.schemas.errors import ModelError
+
+    models = ModelDir(root)
+    out: dict = {"dir": str(root), "standin": models.is_standin, "model_id": None}
+    try:
+        out["model_id"] = tower_id(models.space, models.image_tower_file())
+    except (ModelError, OSError) as exc:
+        out["problem"] = str(exc)
+    out["matches_index"] = (
+        None
+        if out["model_id"] is None or index_model_id is None
+        else out["model_id"] == index_model_id
+    )
+    return out
+
+
+def _models_line(m: dict) -> str:
+    kind = " (stand-ins)" if m["standin"] else ""
+    if m["model_id"] is None:
+        return f"{m['dir']}{kind}: no image tower here"
+    if m["matches_index"] is None:
+        return f"{m['dir']}{kind}"
+    if m["matches_index"]:
+        return f"{m['dir']}{kind}: the image tower that built this index"
+    return f"{m['dir']}{kind}: another image tower (the next `wherein index` re-embeds every image)"

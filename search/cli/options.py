@@ -1,0 +1,269 @@
+"""The CLI's one vocabulary: options and helpers every wherein command shares.
+
+An option name means the same thing on every command that has it, because it is
+defined here once. Command modules import heavy libraries (torch, faiss, LiteRT)
+inside their functions, never at module level: `wherein index` and `wherein
+status` must start without torch, and this module imports none of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sqlite3
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wherein.indexer.paths import INDEX_ENV, MODELS_ENV
+from wherein.schemas.errors import WhereinError, storage_error
+from wherein.search.query import SORT_KEYS
+
+__all__ = [
+    "FORMAT_HELP",
+    "SORT_KEYS",
+    "Progress",
+    "echo_json",
+    "filter_options",
+    "format_options",
+    "friendly_errors",
+    "index_option",
+    "json_option",
+    "models_option",
+    "progress",
+    "quiet_option",
+    "raw_option",
+    "standin_banner",
+    "top_option",
+]
+
+
+# -- where things are ---------------------------------------------------------------------
+def index_option(f: Callable) -> Callable:
+    """``--index DIR``: the index to read or write. Unset: WHEREIN_INDEX, then the per-user dir
+    (resolved by ``wherein.indexer.paths.index_dir``)."""
+    return click.option(
+        "--index",
+        "index_dir",
+        envvar=INDEX_ENV,
+        show_envvar=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Index directory [default: per-user data dir].",
+    )(f)
+
+
+def models_option(f: Callable) -> Callable:
+    """``--models DIR``: the models directory. Unset: WHEREIN_MODELS, then the per-user cache dir."""
+    return click.option(
+        "--models",
+        "models_dir",
+        envvar=MODELS_ENV,
+        show_envvar=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Models directory [default: per-user cache dir].",
+    )(f)
+
+
+# -- what to print ------------------------------------------------------------------------
+FORMAT_HELP = {
+    "json": "Print JSON instead of a table.",
+    "nl": "One JSON object per line.",
+    "csv": "CSV with a header row.",
+    "paths": "Only the paths, one per line.",
+    "paths0": "Only the paths, NUL-terminated (xargs -0).",
+}
+
+
+def format_options(*formats: str) -> Callable[[Callable], Callable]:
+    """Output switches (all of FORMAT_HELP when none named); the command gets ``fmt``.
+
+    ``fmt`` is "table" (no switch) or the one switch given. Two switches are a usage
+    error (exit 2) rather than one silently winning: ``--json --csv`` has no right answer.
+    """
+    names = formats or tuple(FORMAT_HELP)
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def chosen_format(*args, **kwargs):
+            given = [n for n in names if kwargs.pop(f"fmt_{n}", False)]
+            if len(given) > 1:
+                raise click.UsageError(
+                    " and ".join(f"--{n}" for n in given) + " are different output formats: "
+                    "choose one",
+                    click.get_current_context(silent=True),
+                )
+            kwargs["fmt"] = given[0] if given else "table"
+            return f(*args, **kwargs)
+
+        for n in reversed(names):
+            chosen_format = click.option(f"--{n}", f"fmt_{n}", is_flag=True, help=FORMAT_HELP[n])(
+                chosen_format
+            )
+        return chosen_format
+
+    return decorate
+
+
+json_option = format_options("json")
+
+
+def echo_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, default=str))
+
+
+# -- shared meanings ----------------------------------------------------------------------
+def quiet_option(f: Callable) -> Callable:
+    return click.option("-q", "--quiet", is_flag=True, help="No progress output.")(f)
+
+
+def top_option(default: int | None, help: str, *aliases: str) -> Callable[[Callable], Callable]:
+    """``-k/--top N``: at most N results, best first (search, select, unique)."""
+    return click.option(
+        "-k",
+        "--top",
+        *aliases,
+        "k",
+        type=click.IntRange(min=1),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def raw_option(f: Callable) -> Callable:
+    return click.option(
+        "--raw",
+        is_flag=True,
+        help="Encode text as typed, without the prompt 'This is a photo of {}.'.",
+    )(f)
+
+
+def filter_options(f: Callable) -> Callable:
+    """``--under`` and ``--glob``: restrict to some folders / path patterns."""
+    f = click.option(
+        "--glob",
+        "glob",
+        multiple=True,
+        metavar="PATTERN",
+        help="Only paths matching PATTERN: '*.jpg' matches names, 'trips/*' paths; "
+        "case-insensitive (repeatable: any of them).",
+    )(f)
+    return click.option(
+        "--under",
+        multiple=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Only images below this folder (repeatable: any of them).",
+    )(f)
+
+
+# -- errors -------------------------------------------------------------------------------
+def friendly_errors(f: Callable) -> Callable:
+    """WhereinError -> 'Error: <one line>' on stderr and its ``exit_code`` (1; 75 when locked).
+
+    A write the disk refused (full, read-only, no permission) becomes such an error too,
+    wherever it happened: SQLite, FAISS or a plain file.
+    """
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except WhereinError as exc:
+            raise _click_error(exc) from None
+        except (OSError, RuntimeError, sqlite3.Error) as exc:
+            translated = storage_error(exc)
+            if translated is None:
+                raise
+            raise _click_error(translated) from None
+
+    return wrapper
+
+
+def _click_error(exc: WhereinError) -> click.ClickException:
+    err = click.ClickException(str(exc))
+    err.exit_code = exc.exit_code
+    return err
+
+
+# -- stderr: banner and progress ----------------------------------------------------------
+def standin_banner(models, fmt: str = "table") -> None:
+    """Say plainly that answers come from the colour-only stand-in models.
+
+    On stderr, and only with table output: JSON/CSV/paths go to programs.
+    """
+    if models.is_standin and fmt == "table":
+        click.secho(
+            f"Using STAND-IN models from {models.root} (they only know colours).",
+            fg="yellow",
+            err=True,
+        )
+
+
+def _stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
+class Progress:
+    """A tqdm bar on stderr that appears only once there is something to count.
+
+    ``reset(total)`` is called when the total becomes known (after a walk);
+    a total of 0 draws nothing, so a run with nothing to do leaves no
+    ``0img [00:00, ?img/s]`` line behind.
+    """
+
+    def __init__(self, enabled: bool, unit: str = "img") -> None:
+        self.enabled = enabled
+        self.unit = unit
+        self.bar = None
+
+    def _open(self, total: int | None) -> None:
+        from tqdm import tqdm
+
+        # disable=False: whether to draw was decided in progress(); tqdm's own default
+        # would be read from TQDM_DISABLE once, at import.
+        self.bar = tqdm(
+            total=total, unit=self.unit, dynamic_ncols=True, file=sys.stderr, disable=False
+        )
+
+    def reset(self, total: int) -> None:
+        if self.bar is not None:
+            self.bar.reset(total=total)
+        elif self.enabled and total > 0:
+            self._open(total)
+
+    def update(self, n: int) -> None:
+        if self.bar is None and self.enabled and n > 0:
+            self._open(None)
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def write(self, message: str) -> None:
+        """A line on stderr that does not land inside the bar."""
+        if self.bar is not None:
+            self.bar.write(message, file=sys.stderr)
+        else:
+            click.echo(message, err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def progress(quiet: bool, fmt: str, unit: str = "img") -> Progress:
+    """The progress bar for a command: off with -q, with --json, when stderr is not a
+    terminal, and when TQDM_DISABLE is set (as for any tqdm bar)."""
+    enabled = not quiet and fmt == "table" and _stderr_is_tty()
+    return Progress(enabled and not os.environ.get("TQDM_DISABLE"), unit)

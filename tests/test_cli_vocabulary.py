@@ -1,0 +1,318 @@
+"""One CLI vocabulary: an option name means one thing everywhere, and each command that
+opens an index or models takes --index and --models. Each test is a mistake a newcomer
+made with the earlier CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from wherein.search.cli import cli, options
+from wherein.search.cli.serve import DEFAULT_PORT
+
+# Commands that open an existing index (or make one from photos).
+INDEX_COMMANDS = (
+    "index",
+    "status",
+    "search",
+    "mask",
+    "select",
+    "label",
+    "dupes",
+    "unique",
+    "serve",
+)
+BANNER = "Using STAND-IN models from"
+
+
+def run(*args, ok: bool = True, env: dict | None = None):
+    r = CliRunner().invoke(cli, [str(a) for a in args], env=env)
+    if ok:
+        assert r.exit_code == 0, r.output + repr(r.exception)
+    return r
+
+
+def commands(group: click.Group = cli, prefix: str = "") -> dict[str, click.Command]:
+    """Every command by its full name ("models check"), walking groups recursively."""
+    out: dict[str, click.Command] = {}
+    for name, cmd in group.commands.items():
+        full = f"{prefix}{name}"
+        if isinstance(cmd, click.Group):
+            out.update(commands(cmd, f"{full} "))
+        else:
+            out[full] = cmd
+    return out
+
+
+def option(cmd: click.Command, name: str) -> click.Option | None:
+    return next(
+        (
+            p
+            for p in cmd.params
+            if isinstance(p, click.Option) and name in p.opts + p.secondary_opts
+        ),
+        None,
+    )
+
+
+@pytest.fixture()
+def indexed(env, shapes) -> Path:
+    run("index", shapes, "-q")
+    return shapes
+
+
+# -- --index / --models -----------------------------------------------------------------------
+@pytest.mark.parametrize("name", INDEX_COMMANDS)
+def test_index_commands_take_index_and_models_with_their_env_vars(name):
+    cmd = commands()[name]
+    for opt, env in (("--index", "WHEREIN_INDEX"), ("--models", "WHEREIN_MODELS")):
+        found = option(cmd, opt)
+        assert found is not None, f"`wherein {name}` has no {opt}"
+        assert found.envvar == env
+
+
+def test_every_index_and_models_option_is_the_shared_one():
+    """Same name, same meaning: one definition, so the same type, env var and help."""
+    for opt in ("--index", "--models"):
+        seen = {
+            (o.envvar, o.help, o.name, type(o.type))
+            for cmd in commands().values()
+            if (o := option(cmd, opt)) is not None
+        }
+        assert len(seen) == 1, (opt, seen)
+
+
+def test_status_dupes_unique_accept_models(indexed, env):
+    for args in (["status"], ["dupes"], ["unique", "-k", "2"]):
+        run(*args, "--models", env["models"])
+    info = json.loads(run("status", "--json", "--models", env["models"]).stdout)
+    assert info["models"]["matches_index"] is True
+
+
+def test_status_says_when_models_differ_from_the_index(indexed, env, tmp_path):
+    other = tmp_path / "other-models"
+    other.mkdir()
+    info = json.loads(run("status", "--json", "--models", other).stdout)
+    assert info["models"]["dir"] == str(other) and info["models"]["matches_index"] is None
+    assert "no image tower" in run("status", "--models", other).stdout
+
+
+def test_mask_takes_a_catalog_id_from_index(indexed, env):
+    hit = json.loads(run("search", "red", "--json", "-k", "1").stdout)[0]
+    r = run("mask", f"id:{hit['id']}", "red", "--no-files", "--json", "--index", env["index"])
+    data = json.loads(r.stdout)
+    assert data["image"] == hit["path"] and data["masks"][0]["mask_area"] > 0.1
+    r = run("mask", "id:999", "red", "--no-files", ok=False)
+    assert r.exit_code == 1 and "no image with id 999" in r.output
+
+
+def test_mask_of_a_missing_file_is_a_usage_error(env, tmp_path):
+    r = run("mask", tmp_path / "nope.jpg", "red", ok=False)
+    assert r.exit_code == 2 and "nope.jpg" in r.output
+
+
+def test_build_index_honours_WHEREIN_INDEX(monkeypatch, tmp_path):
+    import wherein.indexer.scale.build_index as B
+
+    seen = {}
+
+    def fake_build(embed_dirs, index_dir, *args, **kwargs):
+        seen["index"] = index_dir
+        raise B.IndexError_("stop here")
+
+    monkeypatch.setattr(B, "build_index", fake_build)
+    emb = tmp_path / "emb"
+    emb.mkdir()
+    r = run("build-index", emb, env={"WHEREIN_INDEX": str(tmp_path / "big")}, ok=False)
+    assert r.exit_code == 1 and seen["index"] == tmp_path / "big"
+
+
+# -- names that mean the same everywhere ------------------------------------------------------
+def test_top_means_at_most_n_results_on_every_command():
+    for name in ("search", "select", "unique"):
+        opt = option(commands()[name], "-k")
+        assert opt is not None and "--top" in opt.opts, name
+    assert option(commands()["unique"], "--k") is None  # was the neighbour count
+
+
+def test_unique_k_is_how_many_images(indexed):
+    hits = json.loads(run("unique", "-k", "2", "--neighbours", "3", "--json").stdout)
+    assert len(hits) == 2
+    assert len(json.loads(run("unique", "--top", "3", "--json").stdout)) == 3
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["search", "red"],
+        ["select", "red", "-p", "0.5"],
+        ["label", "-l", "red"],
+        ["dupes"],
+        ["unique"],
+    ],
+)
+def test_two_output_formats_are_a_usage_error(args, tmp_path):
+    # Refused before any work: no index is needed to see it.
+    r = run(*args, "--json", "--csv", "--index", tmp_path / "none", ok=False)
+    assert r.exit_code == 2
+    assert "--json and --csv" in r.output
+
+
+# -- exit statuses ----------------------------------------------------------------------------
+def test_usage_errors_exit_2_and_errors_exit_1(env):
+    assert run("search", "--no-such-option", ok=False).exit_code == 2
+    r = run("status", ok=False)  # no index yet: an error, not a usage error
+    assert r.exit_code == 1 and r.output.startswith("Error: ")
+
+
+def test_ctrl_c_exits_130(indexed, monkeypatch):
+    import wherein.indexer.store.status as S
+
+    def interrupted(store):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(S, "index_status", interrupted)
+    r = run("status", ok=False)
+    assert r.exit_code == 130 and "interrupted" in r.output
+
+
+# -- models ------------------------------------------------------------------------------------
+def test_models_check_names_the_converted_graph_it_checks(standin_models, tmp_path):
+    import shutil
+
+    models = tmp_path / "models"
+    shutil.copytree(standin_models, models)
+    image_dir = models / "siglip2-image"
+    (image_dir / "siglip2_base_224_fp16.tflite").rename(image_dir / "siglip2_image_fp32_b1.tflite")
+    (image_dir / "manifest.json").write_text(json.dumps({"file": "siglip2_image_fp32_b1.tflite"}))
+    rows = json.loads(run("models", "check", models, "--json").stdout)["checks"]
+    image = next(r for r in rows if r["model"] == "siglip2-image")
+    assert image["file"] == "siglip2_image_fp32_b1.tflite" and image["status"] == "ok"
+
+
+def test_convert_text_tower_reads_and_writes_the_out_directory(monkeypatch, tmp_path):
+    import wherein.indexer.models.convert.build as C
+
+    seen = {}
+
+    def fake_convert(source, out_root, precision, log=print):
+        seen.update(source=source, out=out_root)
+        return {}
+
+    monkeypatch.setattr(C, "convert_text_tower", fake_convert)
+    out = tmp_path / "mine"
+    for root in (out, tmp_path / "elsewhere"):  # an open_clip directory in each
+        (root / "siglip2-text").mkdir(parents=True)
+        (root / "siglip2-text" / "open_clip_config.json").write_text("{}")
+    elsewhere = {"WHEREIN_MODELS": str(tmp_path / "elsewhere")}
+    run("models", "convert", "siglip2-text", "--out", out, env=elsewhere)
+    assert seen["out"] == out and Path(seen["source"].ref) == out / "siglip2-text"
+    # Without --out, the --models directory is both source and destination.
+    run("models", "convert", "siglip2-text", env=elsewhere)
+    assert seen["out"] == tmp_path / "elsewhere"
+    assert Path(seen["source"].ref) == tmp_path / "elsewhere" / "siglip2-text"
+
+
+# -- serve: a taken port -----------------------------------------------------------------------
+@pytest.fixture()
+def taken_port():
+    """A port something else listens on, on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def test_serve_on_a_taken_port_given_with_port_is_one_line(taken_port, tmp_path):
+    r = run("serve", "--port", taken_port, "--index", tmp_path / "none", ok=False)
+    assert r.exit_code == 1
+    assert r.output.strip().splitlines() == [
+        f"Error: port {taken_port} on 127.0.0.1 is taken by another program; pass another "
+        "--port (--port 0 picks a free one)"
+    ]
+
+
+def test_serve_on_the_default_port_taken_picks_a_free_one(indexed, monkeypatch):
+    import uvicorn
+
+    served = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets: served.extend(sockets))
+    with socket.socket() as other:
+        try:  # take the default port, unless someone already has it
+            other.bind(("127.0.0.1", DEFAULT_PORT))
+            other.listen()
+        except OSError:
+            pass
+        r = run("serve")
+    (sock,) = served
+    port = sock.getsockname()[1]
+    sock.close()
+    assert port != DEFAULT_PORT
+    assert f"port {DEFAULT_PORT} is taken; using free port {port}" in r.output
+    assert f"open http://127.0.0.1:{port} " in r.output
+    assert "Errno" not in r.output
+
+
+# -- stderr: progress and native notices -------------------------------------------------------
+class _TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_draws_nothing_when_there_is_nothing_to_do(monkeypatch):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(sys, "stderr", _TTY())
+    with options.progress(quiet=False, fmt="table") as bar:
+        bar.reset(0)
+    assert sys.stderr.getvalue() == ""
+    with options.progress(quiet=False, fmt="table") as bar:
+        bar.reset(3)
+        bar.update(3)
+    assert "3/3" in sys.stderr.getvalue()
+
+
+@pytest.mark.parametrize("quiet, fmt", [(True, "table"), (False, "json")])
+def test_progress_is_off_with_quiet_and_json(monkeypatch, quiet, fmt):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(sys, "stderr", _TTY())
+    with options.progress(quiet=quiet, fmt=fmt) as bar:
+        bar.reset(3)
+        bar.update(3)
+    assert sys.stderr.getvalue() == ""
+
+
+def test_native_notice_is_dropped_and_real_errors_kept(monkeypatch, capfd):
+    from wherein.indexer.models import litert_graph as G
+
+    monkeypatch.setattr(G, "_notice_pending", True)
+    with G._native_notice_filtered():
+        os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n")
+        os.write(2, b"ERROR: something real\n")
+    assert capfd.readouterr().err == "ERROR: something real\n"
+    assert G._notice_pending is False
+
+
+@pytest.mark.slow
+def test_commands_print_only_what_the_user_needs_on_stderr(env, shapes, tmp_path):
+    """Subprocesses, so LiteRT's native fd-2 output is seen as a user sees it."""
+    exe = [sys.executable, "-c", "from wherein.search.cli import cli; cli()"]
+
+    def stderr(*args) -> list[str]:
+        p = subprocess.run([*exe, *map(str, args)], capture_output=True, text=True, env=os.environ)
+        assert p.returncode == 0, p.stderr
+        return p.stderr.splitlines()
+
+    banner = [f"{BANNER} {env['models']} (they only know colours)."]
+    assert stderr("index", shapes) == banner  # stderr is no terminal: no progress bar
+    assert stderr("search", "red") == banner
+    assert stderr("search", "red", "--json") == []
+    assert stderr("mask", shapes / "red_square.jpg", "red", "--out", tmp_path / "m") == banner
