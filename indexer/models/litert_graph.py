@@ -222,15 +222,6 @@ def _allocate(interp) -> None:
         interp.allocate_tensors()
 
 
-def _allocate(interp) -> None:
-    """Allocate now, so LiteRT applies its default delegate (and prints its notice) here.
-
-    A graph that cannot allocate yet (dynamic shapes) is left to its signature runner.
-    """
-    with contextlib.suppress(ValueError, RuntimeError):
-        interp.allocate_tensors()
-
-
 def _fmt(shapes: list[tuple[int, ...]]) -> str:
     return ", ".join(str(list(s)) for s in shapes)
 
