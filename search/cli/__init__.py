@@ -19,7 +19,6 @@ COMMAND_MODULES = (
     "serve",
     "scale",  # embed, build-index
     "models",  # models pull | check | convert | verify
-    "optimize",  # models optimize (joins the models group above)
     "demo",
 )
 
