@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "serve",
     "scale",  # embed, build-index
     "models",  # models pull | check | convert | verify
+    "optimize",  # models optimize (joins the models group above)
     "demo",
 )
 
