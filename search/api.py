@@ -28,7 +28,9 @@ what ``score``/``probability`` mean) or a query string. Selection:
 Scores are exact: candidates from an approximate (IVF-SQ8) index are re-scored
 against the catalog's float32 vectors. Hits whose file is gone carry
 ``exists=False`` (stale entries; re-run `wherein index` to drop them).
-``Searcher.last_timings`` holds the split of the last search (sync, encode, ann, join, total; ms).
+``Searcher.last_timings`` holds the split of the last search (sync, encode, ann, join, total; ms);
+``Searcher.last_warnings`` what the user should hear about it (an ``under`` folder holding no
+indexed image: outside every folder the index covers, say), one line each.
 The text tower loads on the first text query, the image tower on the first
 ``--like`` of a file that is not in the index; both once per process.
 
@@ -101,6 +103,7 @@ class Searcher:
         self.models = models
         self.template = template
         self.last_timings: dict[str, float] = {}
+        self.last_warnings: list[str] = []
         self._image_tower = None
         self._lock = threading.RLock()
 
@@ -261,6 +264,7 @@ class Searcher:
                 "probability); use --min-score"
             )
         t0 = time.perf_counter()
+        self.last_warnings = []
         with self._lock:
             self.store.ensure_vectors(persist=False)  # cheap when current; catches up after a crash
             empty = self.store.vectors.ntotal == 0  # not count(*): that scans the vector blobs
@@ -279,6 +283,8 @@ class Searcher:
         t1 = time.perf_counter()
         with self._lock:
             allowed = self._filter_ids(under, glob)
+            if allowed is not None and not len(allowed):
+                self.last_warnings = self._empty_folders(under)
             ids = self._candidates(qv, k, min_probability, min_score, allowed)
             t2 = time.perf_counter()
             hits = self._join(qv, ids, k, min_probability, min_score, check_exists)
@@ -314,6 +320,15 @@ class Searcher:
             matchers = [_glob_matcher(g) for g in globs]
             rows = [r for r in rows if any(m(r[1]) for m in matchers)]
         return np.array(sorted(r[0] for r in rows), dtype=np.int64)
+
+    def _empty_folders(self, under) -> list[str]:
+        """A warning for each ``under`` folder that holds no indexed image at all."""
+        return [
+            f"--under {u}: no indexed image is in this folder (it is outside every folder "
+            "this index covers, or they hold no images); `wherein status` shows the index"
+            for u in _as_list(under)
+            if not len(self._filter_ids(u, None))
+        ]
 
     def _candidates(self, qv: QueryVectors, k, min_probability, min_score, allowed) -> np.ndarray:
         """Candidate ids from FAISS (a superset of the final cut when scores are approximate)."""

@@ -5,7 +5,9 @@ Syntax of a query string (the CLI joins its QUERY arguments with spaces)::
     beach                      one text term
     red car - people           "red car" minus "people"  (operators are a lone + or -
                                between spaces, so "t-shirt" stays one word)
-    beach:2 + sunset - people  weights: a trailing :NUMBER on a term (default 1)
+    beach:2 + sunset - people  weights: a trailing :NUMBER on a term (default 1),
+                               from 0.01 to 100; anything else (0, inf, nan, 1e309)
+                               is an error, never a silent empty result
     - people                   a leading operator applies to the first term
 
 Images join a query through ``Query.like(path)`` / ``Query.unlike(path)`` (CLI:
@@ -25,6 +27,7 @@ probability (None).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +46,12 @@ SORT_KEYS = ("score", "date", "path", "size")
 
 
 _WEIGHT = re.compile(r"^(?P<body>.*?):(?P<w>[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)$", re.S)
+# What float() would also read as a number: a weight typed as inf/nan is a mistake, not text.
+_NOT_A_WEIGHT = re.compile(r":[+-]?(inf|infinity|nan)$", re.I)
+# Weights are relative (the sum is normalised): beyond 100:1 one term is all there is, and
+# out here a typo (1e309 -> inf, 1e-400 -> 0) would silently empty or flip the query.
+MIN_WEIGHT = 0.01
+MAX_WEIGHT = 100.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,12 @@ class Term:
             raise QueryError(f"unknown term kind {self.kind!r}")
         if not self.value.strip():
             raise QueryError("empty query term")
+        w = abs(self.weight)
+        if not (math.isfinite(self.weight) and MIN_WEIGHT <= w <= MAX_WEIGHT):
+            raise QueryError(
+                f"weight {self.weight!r} of {self.value[:60]!r}: use a number from "
+                f"{MIN_WEIGHT:g} to {MAX_WEIGHT:g} (put - before a term to subtract it)"
+            )
 
     def describe(self) -> str:
         sign = "-" if self.weight < 0 else "+"
@@ -174,15 +189,26 @@ def _split_weight(s: str) -> tuple[str, float]:
     """'beach:2' -> ('beach', 2.0); 'beach' -> ('beach', 1.0)."""
     m = _WEIGHT.match(s.strip())
     if not m or not m.group("body").strip():
+        if _NOT_A_WEIGHT.search(s.strip()):
+            raise QueryError(
+                f"weight must be a number from {MIN_WEIGHT:g} to {MAX_WEIGHT:g} in {s.strip()!r}"
+            )
         return s.strip(), 1.0
     w = float(m.group("w"))
     if w <= 0:
         raise QueryError(f"weight must be positive in {s!r} (use - to subtract)")
+    if not MIN_WEIGHT <= w <= MAX_WEIGHT:
+        raise QueryError(
+            f"weight must be a number from {MIN_WEIGHT:g} to {MAX_WEIGHT:g} in {s.strip()!r}"
+        )
     return m.group("body").strip(), w
 
 
 def _split_image_weight(s: str) -> tuple[str, float]:
     # A file literally named "x.jpg:2" wins over the weight reading.
-    if Path(s).expanduser().exists():
-        return s, 1.0
+    try:
+        if Path(s).expanduser().exists():
+            return s, 1.0
+    except (OSError, ValueError):  # a NUL byte, a name too long: not an existing file
+        pass
     return _split_weight(s)

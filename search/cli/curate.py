@@ -218,6 +218,8 @@ def select(
     ) as searcher:
         standin_banner(searcher.models, fmt)
         hits = S.select(searcher, q, min_probability, k, under=list(under), glob=list(glob))
+        for warning in searcher.last_warnings:
+            click.echo(f"warning: {warning}", err=True)
         models_root = searcher.models.root
         labels = _stored_labels(searcher, hits) if category_from_labels else None
     dest = copy_to or link_to

@@ -189,6 +189,8 @@ def search(
             reverse=reverse,
         )
         models_root = searcher.models.root
+        for warning in searcher.last_warnings:
+            click.echo(f"warning: {warning}", err=True)
         labels = None
         if category_from_labels:
             from wherein.search.localize.export import best_labels
