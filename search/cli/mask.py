@@ -124,7 +124,8 @@ def _image_path(image: str, index_dir: Path | None) -> Path:
 
     image_id = int(found.group(1))
     with IndexStore.open(P.index_dir(index_dir), load_vectors=False) as store:
-        row = store.catalog.rows_by_ids([image_id]).get(image_id)
+        # Catalog ids are SQLite integers: a larger N is no image, not an overflow.
+        row = store.catalog.rows_by_ids([image_id]).get(image_id) if image_id < 2**63 else None
         where = store.dir
     if row is None:
         raise IndexError_(f"{where}: no image with id {image_id}")
