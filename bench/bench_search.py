@@ -31,7 +31,7 @@ import faiss
 import numpy as np
 
 from wherein.indexer.models.standins import build_standin_models
-from wherein.indexer.store.catalog import Catalog, vector_to_blob
+from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import CATALOG_FILE
 from wherein.indexer.store.vectors import VectorIndex, apply_search_params, choose_index, new_index
 from wherein.search.api import open_index
@@ -62,34 +62,26 @@ def ms(f, repeat: int) -> tuple[float, object]:
 
 def write_catalog(directory: Path, data: np.ndarray, model_id: str, space: str) -> None:
     cat = Catalog(directory / CATALOG_FILE)
-    cat.conn.execute("PRAGMA synchronous = OFF")
     now = datetime.now(UTC).isoformat()
-    with cat.transaction():
+    with cat.transaction():  # one transaction: one fsync
         for s in range(0, len(data), 10000):
-            rows = [
-                (
-                    i + 1,
-                    f"/photos/{i // 1000:04d}/img_{i:07d}.jpg",
-                    2_000_000 + i,
-                    1_700_000_000_000_000_000 + i,
-                    f"{i:064x}",
-                    4032,
-                    3024,
-                    "jpeg",
-                    now,
-                    model_id,
-                )
-                for i in range(s, min(s + 10000, len(data)))
+            ids = range(s, min(s + 10000, len(data)))
+            records = [
+                {
+                    "id": i + 1,
+                    "path": f"/photos/{i // 1000:04d}/img_{i:07d}.jpg",
+                    "size": 2_000_000 + i,
+                    "mtime_ns": 1_700_000_000_000_000_000 + i,
+                    "sha256": f"{i:064x}",
+                    "width": 4032,
+                    "height": 3024,
+                    "format": "jpeg",
+                    "indexed_at": now,
+                    "model_id": model_id,
+                }
+                for i in ids
             ]
-            cat.conn.executemany(
-                "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, indexed_at, model_id) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?)",
-                rows,
-            )
-            cat.conn.executemany(
-                "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
-                [(r[0], vector_to_blob(data[r[0] - 1])) for r in rows],
-            )
+            cat.insert_images(records, data[s : s + len(ids)])
         for k, v in {
             "model_id": model_id,
             "space": space,

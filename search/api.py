@@ -227,12 +227,10 @@ class Searcher:
         """The catalog's vector for this file when it is indexed and unchanged."""
         st = path.stat()
         with self._lock:
-            row = self.store.catalog.conn.execute(
-                "SELECT id, size, mtime_ns FROM images WHERE path = ?", (os.path.abspath(path),)
-            ).fetchone()
-            if row is None or row[1] != st.st_size or row[2] != st.st_mtime_ns:
+            row = self.store.catalog.row_by_path(os.path.abspath(path))
+            if row is None or row["size"] != st.st_size or row["mtime_ns"] != st.st_mtime_ns:
                 return None
-            ids, vecs = self.store.catalog.vectors_for([row[0]])
+            ids, vecs = self.store.catalog.vectors_for([row["id"]])
         return unit_rows(vecs)[0] if len(ids) else None
 
     # -- search ---------------------------------------------------------------------
@@ -306,16 +304,8 @@ class Searcher:
         globs = _as_list(glob)
         if not unders and not globs:
             return None
-        sql = "SELECT i.id, i.path FROM images i JOIN embeddings e ON e.image_id = i.id"
-        args: list[str] = []
-        if unders:
-            conds = []
-            for u in unders:
-                base = os.path.abspath(os.path.expanduser(str(u))).rstrip(os.sep)
-                conds.append("(i.path = ? OR i.path LIKE ? ESCAPE '\\')")
-                args += [base, _like_escape(base + os.sep) + "%"]
-            sql += " WHERE " + " OR ".join(conds)
-        rows = self.store.catalog.conn.execute(sql, args).fetchall()
+        folders = [os.path.abspath(os.path.expanduser(os.fspath(u))) for u in unders]
+        rows = self.store.catalog.embedded_paths(folders or None)
         if globs:
             matchers = [_glob_matcher(g) for g in globs]
             rows = [r for r in rows if any(m(r[1]) for m in matchers)]
@@ -467,10 +457,6 @@ def _as_list(v) -> list:
     if isinstance(v, str | Path):
         return [v]
     return [x for x in v if x]
-
-
-def _like_escape(s: str) -> str:
-    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _glob_matcher(pattern: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -328,8 +329,10 @@ def test_check_detects_and_repairs_stale_vectors(env, shapes):
 def test_check_fails_on_inconsistency(env, shapes):
     index_json(shapes)
     # Corrupt the catalog behind the store's back: an embedding with a bad dimension.
-    with IndexStore.open(env["index"], write=True) as store, store.catalog.transaction() as conn:
+    conn = sqlite3.connect(env["index"] / "catalog.db")
+    with conn:
         conn.execute("UPDATE embeddings SET vector = zeroblob(12) WHERE image_id = 1")
+    conn.close()
     code, out = run_cli("status", "--check")
     assert code == 1 and "not 768-dimensional" in out
 

@@ -79,10 +79,9 @@ def test_ray_vectors_match_wherein_index(images, ray_out, env):
     assert res.exit_code == 0, res.output
     with IndexStore.open(env["index"]) as store:
         cat = store.catalog
-        rows = cat.conn.execute(
-            "SELECT i.path, e.vector FROM images i JOIN embeddings e ON e.image_id = i.id"
-        )
-        local = {p: np.frombuffer(b, "<f4") for p, b in rows}
+        ids, vecs = cat.vectors_for(cat.embedded_ids())
+        rows = cat.rows_by_ids(ids)
+        local = {rows[i]["path"]: v for i, v in zip(ids.tolist(), vecs, strict=True)}
     ray = _shard_vectors(ray_out)
     assert set(ray) == set(local) and len(ray) == N_IMAGES + 1
     diff = max(float(np.abs(ray[p] - local[p]).max()) for p in local)

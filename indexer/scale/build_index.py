@@ -163,8 +163,6 @@ def _fmt(uri: str) -> str:
 
 
 def _write_catalog(store: IndexStore, embed_dir: Path, manifest: dict, say) -> None:
-    from wherein.indexer.store.catalog import vector_to_blob
-
     cat = store.catalog
     now = datetime.now(UTC).isoformat(timespec="seconds")
     model_id = manifest["model_id"]
@@ -176,12 +174,23 @@ def _write_catalog(store: IndexStore, embed_dir: Path, manifest: dict, say) -> N
         cat.set_meta("built_from", str(embed_dir))
     for k, entry in enumerate(manifest["shards"]):
         errors = _read_shard(embed_dir, {"file": entry["errors_file"]}).to_pydict()
-        with cat.transaction() as conn:
+        with cat.transaction():
             for t in _shard_batches(embed_dir, entry):
                 vecs = S.embeddings(t, manifest["dim"])
                 cols = t.drop(["embedding"]).to_pydict()
-                rows = [
-                    (i, u, sz, m, sh, w, h, _fmt(u), now, model_id)
+                records = [
+                    {
+                        "id": i,
+                        "path": u,
+                        "size": sz,
+                        "mtime_ns": m,
+                        "sha256": sh,
+                        "width": w,
+                        "height": h,
+                        "format": _fmt(u),
+                        "indexed_at": now,
+                        "model_id": model_id,
+                    }
                     for i, u, sz, m, sh, w, h in zip(
                         cols["id"],
                         cols["uri"],
@@ -193,17 +202,8 @@ def _write_catalog(store: IndexStore, embed_dir: Path, manifest: dict, say) -> N
                         strict=True,
                     )
                 ]
-                conn.executemany(
-                    "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, indexed_at, "
-                    "model_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                conn.executemany(
-                    "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
-                    ((i, vector_to_blob(v)) for i, v in zip(cols["id"], vecs, strict=True)),
-                )
-            conn.executemany(
-                "INSERT OR REPLACE INTO skipped(path, reason, size, mtime_ns, seen_at) VALUES (?, ?, ?, ?, ?)",
+                cat.insert_images(records, vecs)
+            cat.record_skips(
                 zip(
                     errors["uri"],
                     errors["reason"],

@@ -1,10 +1,27 @@
-"""The SQLite catalog: the index's source of truth.
+"""The SQLite catalog: the index's source of truth, and the only code that speaks SQL.
 
 One row per indexed file in ``images``; its embedding in ``embeddings`` (same
 transaction, so a row never points at a half-written vector); unreadable files
-in ``skipped``; settings and the vector generation counter in ``meta``.
-FAISS holds a derived copy of ``embeddings`` (see vectors.py): after a crash it
-is brought back in line from here, never the other way round.
+in ``skipped``; zero-shot label probabilities in ``labels``; settings and the
+vector generation counter in ``meta``. FAISS holds a derived copy of
+``embeddings`` (see vectors.py): after a crash it is brought back in line from
+here, never the other way round.
+
+Invariants:
+- The only SQL. Table and column names, SQL text and the connection stay in
+  this module and migrations.py; everything else calls the named methods below
+  (tests/unit/test_sql_confined.py enforces it). Rows come back as plain dicts,
+  tuples and numpy arrays.
+- Migrations. Opening a catalog for writing applies the pending steps of
+  migrations.py in place (an index written by an older release keeps its rows,
+  ids and vectors; nothing is re-embedded). A read-only open (read-only media)
+  migrates nothing and reads the older layout as it is.
+- Path encoding. Methods take and return paths as Python str in the form
+  os.walk / os.fsdecode give it (undecodable bytes as lone surrogates, by
+  surrogateescape); the catalog stores os.fsencode(path), so any name the OS
+  allows round-trips exactly, and names that differ only in Unicode
+  normalisation (NFC/NFD) stay distinct rows. Callers never see the encoding.
+- Ids are never reused (AUTOINCREMENT): FAISS and cached files are keyed by id.
 """
 
 from __future__ import annotations
@@ -12,45 +29,35 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import sqlite_utils
 
-SCHEMA_VERSION = 1
+from wherein.indexer.store import migrations
+from wherein.schemas.errors import IndexError_
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS images (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: ids are never reused, FAISS relies on it
-    path TEXT NOT NULL UNIQUE,
-    size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    sha256 TEXT NOT NULL,
-    width INTEGER,
-    height INTEGER,
-    format TEXT,
-    indexed_at TEXT NOT NULL,
-    model_id TEXT
-);
-CREATE INDEX IF NOT EXISTS images_sha256 ON images(sha256);
-CREATE TABLE IF NOT EXISTS embeddings (
-    image_id INTEGER PRIMARY KEY REFERENCES images(id) ON DELETE CASCADE,
-    vector BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS skipped (
-    path TEXT PRIMARY KEY,
-    reason TEXT NOT NULL,
-    size INTEGER,
-    mtime_ns INTEGER,
-    seen_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
+SCHEMA_VERSION = migrations.SCHEMA_VERSION
+_CHUNK = 500  # ids per IN (...) list: far below SQLite's variable limit
+_IMAGE_COLUMNS = (
+    "id",
+    "path",
+    "size",
+    "mtime_ns",
+    "sha256",
+    "width",
+    "height",
+    "format",
+    "indexed_at",
+    "model_id",
+)
+_SELECT_IMAGES = f"SELECT {', '.join(_IMAGE_COLUMNS)} FROM images"
+
+
+class CatalogReadOnly(IndexError_):
+    """A write to a catalog that cannot be written (read-only file, folder or mount)."""
 
 
 def vector_to_blob(v: np.ndarray) -> bytes:
@@ -59,6 +66,21 @@ def vector_to_blob(v: np.ndarray) -> bytes:
 
 def blob_to_vector(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype="<f4")
+
+
+def _path(stored: bytes | str) -> str:
+    # str: a read-only catalog still in the first release's layout (UTF-8 text).
+    return os.fsdecode(stored)
+
+
+def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:
+    ids = [int(i) for i in ids]
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start : start + _CHUNK]
+
+
+def _marks(chunk: Sequence) -> str:
+    return ",".join("?" * len(chunk))
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:
@@ -83,46 +105,84 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
 class Catalog:
     def __init__(self, path: Path, readonly: bool = False) -> None:
         self.path = path
+        self.readonly = readonly
         if readonly:
             conn = _connect_readonly(path)
         else:
             conn = sqlite3.connect(str(path), check_same_thread=False)
-        self.conn = conn
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA busy_timeout = 10000")
-        if not readonly:
-            # WAL: readers (search, status) never block the indexer; FULL: a committed
-            # batch survives power loss, and the fsync is nothing next to embedding time.
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.executescript(_SCHEMA)
-            if self.get_meta("schema_version") is None:
-                with conn:
-                    self.set_meta("schema_version", SCHEMA_VERSION)
-        self.db = sqlite_utils.Database(conn)
+        self._conn = conn
+        self._depth = 0  # nesting of transaction()
+        self.migrated: list[str] = []  # steps this open applied
+        try:
+            conn.execute("PRAGMA busy_timeout = 10000")
+            self._db = sqlite_utils.Database(conn, execute_plugins=False)
+            if not readonly:
+                # WAL: readers (search, status) never block the indexer; FULL: a committed
+                # batch survives power loss, and the fsync is nothing next to embedding time.
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = FULL")
+                self.migrated = migrations.migrate(self._db)  # foreign keys still off here
+            # Paths are bound as bytes; a read-only catalog in the first layout holds
+            # them as UTF-8 text, which CAST(? AS TEXT) matches (SQLite compares both
+            # byte by byte, so equality and ranges work the same).
+            self._p = "?" if migrations.paths_are_bytes(self._db) else "CAST(? AS TEXT)"
+            conn.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            conn.close()
+            raise
 
     def close(self) -> None:
-        self.conn.close()
+        self._conn.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One atomic unit: all of it lands, or (crash, Ctrl-C, error) none of it."""
-        with self.conn:
-            yield self.conn
+    def transaction(self) -> Iterator[Catalog]:
+        """One atomic unit: all of it lands, or (crash, Ctrl-C, error) none of it.
+
+        Nested calls join the outermost unit.
+        """
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self
+            finally:
+                self._depth -= 1
+            return
+        self._depth = 1
+        try:
+            with self._conn:
+                yield self
+        finally:
+            self._depth = 0
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction (a consistent view under WAL), unless one is already open."""
+        if self._conn.in_transaction:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("COMMIT")  # nothing was written: this only ends the snapshot
 
     # -- meta -------------------------------------------------------------
     def get_meta(self, key: str, default=None):
         try:
-            row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         except sqlite3.OperationalError:
             return default
         return json.loads(row[0]) if row else default
 
     def set_meta(self, key: str, value) -> None:
-        self.conn.execute(
+        self._conn.execute(
             "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, json.dumps(value)),
         )
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.get_meta("schema_version", 0) or 0)
 
     @property
     def generation(self) -> int:
@@ -135,48 +195,111 @@ class Catalog:
 
     # -- images -----------------------------------------------------------
     def count_images(self) -> int:
-        return self.conn.execute("SELECT count(*) FROM images").fetchone()[0]
+        return self._conn.execute("SELECT count(*) FROM images").fetchone()[0]
 
     def count_embedded(self) -> int:
-        return self.conn.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+        return self._conn.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+
+    def max_image_id(self) -> int:
+        """The largest id in use (0 when empty)."""
+        return self._conn.execute("SELECT coalesce(max(id), 0) FROM images").fetchone()[0]
+
+    def next_image_id(self) -> int:
+        """The smallest id no row ever had: past AUTOINCREMENT's counter (which remembers ids
+        of deleted rows) and past every id in use. Bulk inserts with chosen ids start here."""
+        row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'images'").fetchone()
+        return max(int(row[0]) if row else 0, self.max_image_id()) + 1
+
+    def ids_for_paths(self, paths: Iterable[str]) -> dict[str, int]:
+        """path -> id, for those of the paths that have a row."""
+        keys = [os.fsencode(p) for p in paths]
+        out: dict[str, int] = {}
+        for start in range(0, len(keys), _CHUNK):
+            chunk = keys[start : start + _CHUNK]
+            marks = ",".join([self._p] * len(chunk))
+            for path, image_id in self._conn.execute(
+                f"SELECT path, id FROM images WHERE path IN ({marks})", chunk
+            ):
+                out[_path(path)] = int(image_id)
+        return out
 
     def known_files(self) -> dict[str, tuple[int, int, int, str, bool]]:
         """path -> (id, size, mtime_ns, sha256, has_embedding)."""
-        rows = self.conn.execute(
+        rows = self._conn.execute(
             "SELECT i.path, i.id, i.size, i.mtime_ns, i.sha256, e.image_id IS NOT NULL "
             "FROM images i LEFT JOIN embeddings e ON e.image_id = i.id"
         )
-        return {r[0]: (r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
+        return {_path(r[0]): (r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
 
     def rows_by_ids(self, ids: Iterable[int]) -> dict[int, dict]:
-        ids = [int(i) for i in ids]
+        """id -> the image's row (id, path, size, mtime_ns, sha256, width, height, format,
+        indexed_at, model_id); ids not in the catalog are left out."""
         out: dict[int, dict] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            cur = self.conn.execute(
-                f"SELECT id, path, size, mtime_ns, sha256, width, height, format, indexed_at, model_id "
-                f"FROM images WHERE id IN ({marks})",
-                chunk,
-            )
-            cols = [c[0] for c in cur.description]
-            for row in cur:
-                out[row[0]] = dict(zip(cols, row))
+        for chunk in _chunks(ids):
+            for row in self._conn.execute(f"{_SELECT_IMAGES} WHERE id IN ({_marks(chunk)})", chunk):
+                out[row[0]] = self._row(row)
         return out
 
+    def row_by_path(self, path: str) -> dict | None:
+        """The row of the image at this exact path (as rows_by_ids gives it), or None."""
+        row = self._conn.execute(
+            f"{_SELECT_IMAGES} WHERE path = {self._p}", (os.fsencode(path),)
+        ).fetchone()
+        return self._row(row) if row else None
+
+    def all_paths(self) -> list[str]:
+        return [_path(p) for (p,) in self._conn.execute("SELECT path FROM images")]
+
+    def embedded_paths(self, under: Sequence[str] | None = None) -> list[tuple[int, str]]:
+        """(id, path) of every image with an embedding; with ``under`` (absolute folders),
+        only those that are one of them or below one of them."""
+        sql = "SELECT i.id, i.path FROM images i JOIN embeddings e ON e.image_id = i.id"
+        args: list[bytes] = []
+        if under:
+            conds = []
+            for folder in under:
+                base = os.fsencode(folder).rstrip(os.sep.encode())
+                # Below base: base + "/" <= path < base + "0" ("0" follows "/" in every encoding).
+                sep = os.sep.encode()
+                conds.append(
+                    f"(i.path = {self._p} OR (i.path >= {self._p} AND i.path < {self._p}))"
+                )
+                args += [base, base + sep, base + bytes([sep[0] + 1])]
+            sql += " WHERE " + " OR ".join(conds)
+        return [(int(i), _path(p)) for i, p in self._conn.execute(sql, args)]
+
+    def sample_paths(self, n: int) -> list[str]:
+        """Up to n paths spread over the catalog, the same on every call.
+
+        A multiplicative hash of the id orders them: a spread over folders and time.
+        """
+        rows = self._conn.execute(
+            "SELECT path FROM images ORDER BY (id * 2654435761) % 4294967291 LIMIT ?", (n,)
+        )
+        return [_path(p) for (p,) in rows]
+
+    def exact_duplicate_groups(self) -> list[list[int]]:
+        """Ids of images with the same content hash, a group per hash (ids ascending)."""
+        rows = self._conn.execute(
+            "SELECT sha256, id FROM images WHERE sha256 IN "
+            "(SELECT sha256 FROM images GROUP BY sha256 HAVING count(*) > 1) ORDER BY sha256, id"
+        )
+        groups: dict[str, list[int]] = {}
+        for sha, image_id in rows:
+            groups.setdefault(sha, []).append(int(image_id))
+        return list(groups.values())
+
     def embedded_ids(self) -> np.ndarray:
-        rows = self.conn.execute("SELECT image_id FROM embeddings ORDER BY image_id").fetchall()
+        rows = self._conn.execute("SELECT image_id FROM embeddings ORDER BY image_id").fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64)
 
     def vectors_for(self, ids: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, vectors [n, d]) for those ids that have an embedding."""
-        ids = [int(i) for i in ids]
         got_ids, vecs = [], []
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for image_id, blob in self.conn.execute(
-                f"SELECT image_id, vector FROM embeddings WHERE image_id IN ({marks})", chunk
+        for chunk in _chunks(ids):
+            for image_id, blob in self._conn.execute(
+                f"SELECT image_id, vector FROM embeddings WHERE image_id IN ({_marks(chunk)})",
+                chunk,
             ):
                 got_ids.append(image_id)
                 vecs.append(blob_to_vector(blob))
@@ -188,7 +311,7 @@ class Catalog:
         """All embeddings in id order, batch by batch (never all in memory at once)."""
         last = -1
         while True:
-            rows = self.conn.execute(
+            rows = self._conn.execute(
                 "SELECT image_id, vector FROM embeddings WHERE image_id > ? ORDER BY image_id LIMIT ?",
                 (last, batch),
             ).fetchall()
@@ -202,70 +325,191 @@ class Catalog:
 
     # -- writes (call inside transaction()) --------------------------------
     def insert_image(self, record: dict, vector: np.ndarray | None) -> int:
-        cur = self.conn.execute(
+        """A new row (record: path, size, mtime_ns, sha256, width, height, format,
+        indexed_at, model_id) and its embedding; clears a skip of that path. Returns its id."""
+        key = os.fsencode(record["path"])
+        cur = self._conn.execute(
             "INSERT INTO images(path, size, mtime_ns, sha256, width, height, format, indexed_at, model_id) "
-            "VALUES (:path, :size, :mtime_ns, :sha256, :width, :height, :format, :indexed_at, :model_id)",
-            record,
+            "VALUES (:key, :size, :mtime_ns, :sha256, :width, :height, :format, :indexed_at, :model_id)",
+            {**record, "key": key},
         )
+        assert cur.lastrowid is not None
         image_id = int(cur.lastrowid)
         if vector is not None:
-            self.conn.execute(
+            self._conn.execute(
                 "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
                 (image_id, vector_to_blob(vector)),
             )
-        self.conn.execute("DELETE FROM skipped WHERE path = ?", (record["path"],))
+        self._conn.execute("DELETE FROM skipped WHERE path = ?", (key,))
         return image_id
 
+    def insert_images(self, records: Sequence[dict], vectors: np.ndarray) -> None:
+        """Rows with the ids given (``id`` in each record) and their embeddings, in bulk."""
+        self._conn.executemany(
+            "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
+            "indexed_at, model_id) VALUES (:id, :key, :size, :mtime_ns, :sha256, :width, "
+            ":height, :format, :indexed_at, :model_id)",
+            ({**r, "key": os.fsencode(r["path"])} for r in records),
+        )
+        self._conn.executemany(
+            "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
+            ((int(r["id"]), vector_to_blob(v)) for r, v in zip(records, vectors, strict=True)),
+        )
+
     def set_embedding(self, image_id: int, vector: np.ndarray) -> None:
-        self.conn.execute(
+        self._conn.execute(
             "INSERT INTO embeddings(image_id, vector) VALUES (?, ?) "
             "ON CONFLICT(image_id) DO UPDATE SET vector = excluded.vector",
             (image_id, vector_to_blob(vector)),
         )
 
     def relink(self, image_id: int, path: str, size: int, mtime_ns: int) -> None:
-        self.conn.execute("DELETE FROM images WHERE path = ? AND id != ?", (path, image_id))
-        self.conn.execute(
+        """The file moved (same content): the row keeps its id and vector under the new path."""
+        key = os.fsencode(path)
+        self._conn.execute("DELETE FROM images WHERE path = ? AND id != ?", (key, image_id))
+        self._conn.execute(
             "UPDATE images SET path = ?, size = ?, mtime_ns = ? WHERE id = ?",
-            (path, size, mtime_ns, image_id),
+            (key, size, mtime_ns, image_id),
         )
-        self.conn.execute("DELETE FROM skipped WHERE path = ?", (path,))
+        self._conn.execute("DELETE FROM skipped WHERE path = ?", (key,))
 
     def touch(self, image_id: int, size: int, mtime_ns: int) -> None:
-        self.conn.execute(
+        self._conn.execute(
             "UPDATE images SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, image_id)
         )
 
     def delete_images(self, ids: Iterable[int]) -> int:
-        ids = [int(i) for i in ids]
         n = 0
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            self.conn.execute(f"DELETE FROM embeddings WHERE image_id IN ({marks})", chunk)
-            n += self.conn.execute(f"DELETE FROM images WHERE id IN ({marks})", chunk).rowcount
+        for chunk in _chunks(ids):
+            self._conn.execute(f"DELETE FROM embeddings WHERE image_id IN ({_marks(chunk)})", chunk)
+            n += self._conn.execute(
+                f"DELETE FROM images WHERE id IN ({_marks(chunk)})", chunk
+            ).rowcount
         return n
 
     def clear_embeddings(self) -> int:
-        return self.conn.execute("DELETE FROM embeddings").rowcount
+        return self._conn.execute("DELETE FROM embeddings").rowcount
 
     def record_skip(
         self, path: str, reason: str, size: int | None, mtime_ns: int | None, when: str
     ) -> None:
-        self.conn.execute(
+        """Remember an unreadable file (and drop its row, if it had one)."""
+        key = os.fsencode(path)
+        self._conn.execute(
             "INSERT INTO skipped(path, reason, size, mtime_ns, seen_at) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(path) DO UPDATE SET reason = excluded.reason, size = excluded.size, "
             "mtime_ns = excluded.mtime_ns, seen_at = excluded.seen_at",
-            (path, reason, size, mtime_ns, when),
+            (key, reason, size, mtime_ns, when),
         )
-        self.conn.execute("DELETE FROM images WHERE path = ?", (path,))
+        self._conn.execute("DELETE FROM images WHERE path = ?", (key,))
+
+    def record_skips(self, skips: Iterable[tuple[str, str, int | None, int | None, str]]) -> None:
+        """Bulk record_skip for (path, reason, size, mtime_ns, when) of files with no row."""
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO skipped(path, reason, size, mtime_ns, seen_at) VALUES (?, ?, ?, ?, ?)",
+            ((os.fsencode(p), *rest) for p, *rest in skips),
+        )
 
     def skipped(self) -> list[dict]:
-        cur = self.conn.execute(
+        """Skipped files (path, reason, size, mtime_ns, seen_at), by path."""
+        cur = self._conn.execute(
             "SELECT path, reason, size, mtime_ns, seen_at FROM skipped ORDER BY path"
         )
         cols = [c[0] for c in cur.description]
-        return [dict(zip(cols, r)) for r in cur]
+        return [{**dict(zip(cols, r)), "path": _path(r[0])} for r in cur]
 
     def forget_skips(self, paths: Iterable[str]) -> None:
-        self.conn.executemany("DELETE FROM skipped WHERE path = ?", [(p,) for p in paths])
+        self._conn.executemany(
+            "DELETE FROM skipped WHERE path = ?", [(os.fsencode(p),) for p in paths]
+        )
+
+    # -- labels (wherein label) -------------------------------------------
+    def has_labels(self) -> bool:
+        """Whether the labels table exists (a read-only catalog of the first release may lack it)."""
+        return self._db["labels"].exists()
+
+    def store_labels(self, rows: Iterable[tuple[int, str, float, str, str]]) -> int:
+        """(image_id, label, probability, template, model_id) rows, replacing earlier ones
+        with the same key; rows of images no longer in the catalog are dropped. Returns
+        the number written. Call inside transaction()."""
+        if self.readonly:
+            raise CatalogReadOnly(f"{self.path}: opened read-only")
+        before = self._conn.total_changes
+        try:
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO labels(image_id, label, probability, template, model_id) "
+                "SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM images WHERE id = ?)",
+                ((i, label, p, t, m, i) for i, label, p, t, m in rows),
+            )
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise CatalogReadOnly(f"{self.path}: {exc}") from exc
+            raise
+        return self._conn.total_changes - before
+
+    def read_labels(
+        self, label: str | None = None, template: str | None = None, model_id: str | None = None
+    ) -> list[dict]:
+        """Stored label rows (image_id, path, label, probability, template, model_id), by path
+        then label; each filter given narrows them."""
+        if not self.has_labels():
+            return []
+        sql = (
+            "SELECT l.image_id, i.path, l.label, l.probability, l.template, l.model_id "
+            "FROM labels l JOIN images i ON i.id = l.image_id WHERE 1=1"
+        )
+        args: list = []
+        for column, value in (("label", label), ("template", template), ("model_id", model_id)):
+            if value is not None:
+                sql += f" AND l.{column} = ?"
+                args.append(value)
+        cur = self._conn.execute(sql + " ORDER BY i.path, l.label", args)
+        cols = [c[0] for c in cur.description]
+        return [{**dict(zip(cols, r)), "path": _path(r[1])} for r in cur]
+
+    def label_names(self, model_id: str) -> list[str]:
+        """The distinct labels stored for this model, sorted ([] without a labels table)."""
+        if not self.has_labels():
+            return []
+        rows = self._conn.execute(
+            "SELECT DISTINCT label FROM labels WHERE model_id = ? ORDER BY label", (model_id,)
+        )
+        return [r[0] for r in rows]
+
+    def best_labels(self, ids: Iterable[int], model_id: str) -> dict[int, str]:
+        """id -> its most probable stored label for this model (ids without one left out)."""
+        out: dict[int, str] = {}
+        if not self.has_labels():
+            return out
+        for chunk in _chunks(ids):
+            rows = self._conn.execute(
+                # SQLite: with MAX(), the bare column comes from the row holding the maximum.
+                f"SELECT image_id, label, MAX(probability) FROM labels WHERE model_id = ? "
+                f"AND image_id IN ({_marks(chunk)}) GROUP BY image_id",
+                [model_id, *chunk],
+            )
+            out.update({int(r[0]): r[1] for r in rows})
+        return out
+
+    # -- health (status --check) ------------------------------------------
+    def integrity_problem(self) -> str | None:
+        """SQLite's own check of the file: None when sound, else its first complaint."""
+        result = self._conn.execute("PRAGMA integrity_check").fetchone()[0]
+        return None if result == "ok" else result
+
+    def orphan_embeddings(self) -> int:
+        """Embeddings whose image row is gone (foreign keys should make this 0)."""
+        return self._conn.execute(
+            "SELECT count(*) FROM embeddings e LEFT JOIN images i ON i.id = e.image_id WHERE i.id IS NULL"
+        ).fetchone()[0]
+
+    def misshapen_embeddings(self, dim: int) -> int:
+        """Embeddings that are not dim float32 values."""
+        return self._conn.execute(
+            "SELECT count(*) FROM embeddings WHERE length(vector) != ?", (dim * 4,)
+        ).fetchone()[0]
+
+    def _row(self, row: Sequence) -> dict:
+        out = dict(zip(_IMAGE_COLUMNS, row))
+        out["path"] = _path(out["path"])
+        return out

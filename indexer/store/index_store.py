@@ -91,6 +91,14 @@ class IndexStore:
             store.vectors.load()
         return store
 
+    def reader(self) -> Catalog:
+        """A second, read-only connection to this index's catalog (the caller closes it).
+
+        For threads that should not queue behind the store's own connection (the
+        web app serves thumbnails while a search runs); under WAL it never blocks a writer.
+        """
+        return Catalog(self.dir / CATALOG_FILE, readonly=True)
+
     def ensure_vectors(self, persist: bool | None = None) -> str:
         """Make the FAISS index match the catalog (after a crash it may lag); return what was done."""
         note = self.vectors.sync(self.catalog)
@@ -126,19 +134,15 @@ class IndexStore:
         """Catalog and FAISS agree: same ids, same dimension, same vectors, same model."""
         rep = CheckReport()
         cat = self.catalog
-        integrity = cat.conn.execute("PRAGMA integrity_check").fetchone()[0]
-        if integrity != "ok":
+        integrity = cat.integrity_problem()
+        if integrity is not None:
             rep.fail(f"catalog integrity: {integrity}")
             return rep
-        orphans = cat.conn.execute(
-            "SELECT count(*) FROM embeddings e LEFT JOIN images i ON i.id = e.image_id WHERE i.id IS NULL"
-        ).fetchone()[0]
+        orphans = cat.orphan_embeddings()
         if orphans:
             rep.fail(f"{orphans} embeddings without a catalog row")
         dim = int(cat.get_meta("dim", 0) or 0)
-        bad_dim = cat.conn.execute(
-            "SELECT count(*) FROM embeddings WHERE length(vector) != ?", (dim * 4,)
-        ).fetchone()[0]
+        bad_dim = cat.misshapen_embeddings(dim)
         if cat.count_embedded() and bad_dim:
             rep.fail(f"{bad_dim} embeddings are not {dim}-dimensional")
         note = self.ensure_vectors()

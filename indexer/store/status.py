@@ -31,6 +31,7 @@ def index_status(store: IndexStore) -> dict:
         "space": cat.get_meta("space"),
         "dim": cat.get_meta("dim"),
         "generation": cat.generation,
+        "schema_version": cat.schema_version,
         "vector_index": choice,
         "vectors_in_faiss": in_faiss,
         "vectors_current": current,

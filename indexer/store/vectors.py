@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,7 +163,7 @@ class VectorIndex:
         (without it, the generation recorded could be newer than the ids read, and
         the batch in between would stay missing until the next commit).
         """
-        with _snapshot(catalog):
+        with catalog.snapshot():
             return self._sync(catalog, memory_budget)
 
     def _sync(self, catalog: Catalog, memory_budget: int | None) -> str:
@@ -243,20 +241,6 @@ class VectorIndex:
                 params = faiss.SearchParameters(sel=selector)
         scores, ids = self.index.search(queries, k, params=params)
         return scores, ids
-
-
-@contextmanager
-def _snapshot(catalog: Catalog) -> Iterator[None]:
-    """One read transaction (a consistent view under WAL), unless one is already open."""
-    conn = catalog.conn
-    if conn.in_transaction:
-        yield
-        return
-    conn.execute("BEGIN")
-    try:
-        yield
-    finally:
-        conn.execute("COMMIT")  # nothing was written: this only ends the snapshot
 
 
 def write_index_file(index: faiss.Index, path: Path) -> None:

@@ -96,7 +96,7 @@ def find_duplicates(
     if threshold is not None and not -1.0 <= threshold <= 1.0:
         raise WhereinError("--threshold is a cosine: between -1 and 1")
     uf = UnionFind()
-    for ids in _exact_groups(cat):
+    for ids in cat.exact_duplicate_groups():
         for other in ids[1:]:
             uf.union(ids[0], other)
     pairs: dict[tuple[int, int], float] = {}
@@ -130,17 +130,6 @@ def find_duplicates(
                 )
             )
     return report
-
-
-def _exact_groups(cat) -> list[list[int]]:
-    rows = cat.conn.execute(
-        "SELECT sha256, id FROM images WHERE sha256 IN "
-        "(SELECT sha256 FROM images GROUP BY sha256 HAVING count(*) > 1) ORDER BY sha256, id"
-    ).fetchall()
-    by_hash: dict[str, list[int]] = defaultdict(list)
-    for sha, image_id in rows:
-        by_hash[sha].append(int(image_id))
-    return list(by_hash.values())
 
 
 def _near_pairs(store, threshold: float, batch: int) -> dict[tuple[int, int], float]:

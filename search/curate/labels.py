@@ -8,37 +8,25 @@ both "cat" and "sofa", or neither). Each label becomes the prompt
 label as typed); cosines are a matrix product of the catalog's vectors (read
 batch by batch) with the label text embeddings.
 
-Results go to the catalog table ``labels`` (created here, IF NOT EXISTS, in the
-same transaction as the rows), one row per (image, label, template, model_id):
-re-running replaces the rows, and rows go with their image when the indexer
-drops it (ON DELETE CASCADE). ``model_id`` is the index's image model, so
+Results go to the catalog's labels (Catalog.store_labels), one row per (image,
+label, template, model_id): re-running replaces the rows, and rows go with their
+image when the indexer drops it. ``model_id`` is the index's image model, so
 labels from an older model are not mistaken for current ones.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
+from wherein.indexer.store.catalog import CatalogReadOnly
 from wherein.schemas.errors import IndexError_, WhereinError
 from wherein.schemas.records import Hit
 
 RAW_TEMPLATE = "{}"
-LABELS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS labels (
-    image_id INTEGER NOT NULL REFERENCES images(id) ON DELETE CASCADE,
-    label TEXT NOT NULL,
-    probability REAL NOT NULL,
-    template TEXT NOT NULL,
-    model_id TEXT NOT NULL,
-    PRIMARY KEY (image_id, label, template, model_id)
-);
-CREATE INDEX IF NOT EXISTS labels_by_label ON labels(label, probability);
-"""
 
 
 class LabelError(WhereinError):
@@ -116,70 +104,30 @@ def compute_labels(searcher, labels: Sequence[str], template: str, batch: int = 
     )
 
 
-def ensure_table(conn: sqlite3.Connection) -> None:
-    """Create the labels table if needed (inside the caller's transaction)."""
-    for statement in LABELS_SCHEMA.strip().split(";"):
-        if statement.strip():
-            conn.execute(statement)
-
-
 def store_labels(catalog, run: LabelRun) -> int:
-    """Write the run's rows to the catalog in one transaction; returns the number of rows written."""
-    rows = [
-        (
-            int(image_id),
-            label,
-            float(run.probabilities[i, j]),
-            run.template,
-            run.model_id,
-            int(image_id),
-        )
+    """Write the run's rows to the catalog in one transaction; returns the number of rows written.
+
+    An image the indexer dropped since its vector was read is left out, not an error.
+    """
+    rows = (
+        (int(image_id), label, float(run.probabilities[i, j]), run.template, run.model_id)
         for i, image_id in enumerate(run.ids)
         for j, label in enumerate(run.labels)
-    ]
+    )
     try:
-        with catalog.transaction() as conn:
-            # Explicit BEGIN: Python's sqlite3 would run the CREATE outside the transaction.
-            if not conn.in_transaction:
-                conn.execute("BEGIN IMMEDIATE")
-            ensure_table(conn)
-            before = conn.total_changes
-            # An image the indexer dropped since we read its vector is skipped, not an error.
-            conn.executemany(
-                "INSERT OR REPLACE INTO labels(image_id, label, probability, template, model_id) "
-                "SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM images WHERE id = ?)",
-                rows,
-            )
-            return conn.total_changes - before
-    except sqlite3.OperationalError as exc:
-        if "readonly" in str(exc) or "read-only" in str(exc):
-            raise IndexError_(
-                f"{catalog.path}: the catalog is read-only; use --no-store to only export"
-            ) from None
-        raise
+        with catalog.transaction():
+            return catalog.store_labels(rows)
+    except CatalogReadOnly:
+        raise IndexError_(
+            f"{catalog.path}: the catalog is read-only; use --no-store to only export"
+        ) from None
 
 
 def read_labels(
     catalog, label: str | None = None, template: str | None = None, model_id: str | None = None
 ) -> list[dict]:
     """Stored label rows (image_id, path, label, probability, template, model_id), by path then label."""
-    exists = catalog.conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'labels'"
-    ).fetchone()
-    if not exists:
-        return []
-    sql = (
-        "SELECT l.image_id, i.path, l.label, l.probability, l.template, l.model_id "
-        "FROM labels l JOIN images i ON i.id = l.image_id WHERE 1=1"
-    )
-    args: list = []
-    for column, value in (("label", label), ("template", template), ("model_id", model_id)):
-        if value is not None:
-            sql += f" AND l.{column} = ?"
-            args.append(value)
-    cur = catalog.conn.execute(sql + " ORDER BY i.path, l.label", args)
-    cols = [c[0] for c in cur.description]
-    return [dict(zip(cols, r)) for r in cur]
+    return catalog.read_labels(label, template, model_id)
 
 
 def label_hits(catalog, run: LabelRun) -> list[Hit]:

@@ -299,34 +299,11 @@ def export_hits(
 
 def best_labels(catalog, ids: Iterable[int]) -> StoredLabels:
     """Each image's most probable stored label (from `wherein label`) for the index's model."""
-    import sqlite3
-
-    ids = [int(i) for i in ids]
     model_id = str(catalog.get_meta("model_id") or "")
-    out: dict[int, str] = {}
-    try:
-        names = [
-            r[0]
-            for r in catalog.conn.execute(
-                "SELECT DISTINCT label FROM labels WHERE model_id = ? ORDER BY label", (model_id,)
-            )
-        ]
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            rows = catalog.conn.execute(
-                # SQLite: with MAX(), the bare column comes from the row holding the maximum.
-                f"SELECT image_id, label, MAX(probability) FROM labels WHERE model_id = ? "
-                f"AND image_id IN ({','.join('?' * len(chunk))}) GROUP BY image_id",
-                [model_id, *chunk],
-            ).fetchall()
-            out.update({int(r[0]): r[1] for r in rows})
-    except sqlite3.OperationalError as exc:
-        if "no such table" not in str(exc):
-            raise
-        names = []
+    names = catalog.label_names(model_id)
     if not names:
         raise LabelExportError(
             "no labels stored in the catalog for the index's model: "
             "run `wherein label --labels 'a,b,c'` first"
         )
-    return StoredLabels(out, names)
+    return StoredLabels(catalog.best_labels(ids, model_id), names)

@@ -38,7 +38,6 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from wherein.indexer.store.catalog import Catalog
 from wherein.schemas.errors import IndexError_, ModelError, WhereinError
 from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import iso_time
@@ -88,7 +87,7 @@ class WebState:
 
         self.searcher = open_index(index_dir, models_dir, template=template)
         self.index_dir = self.searcher.store.dir
-        self.catalog = Catalog(self.index_dir / "catalog.db", readonly=True)
+        self.catalog = self.searcher.store.reader()
         self.db_lock = threading.Lock()
         self.cache_dir = self.index_dir / "cache"
         writable = _usable_cache(self.cache_dir)
@@ -117,13 +116,11 @@ class WebState:
             stamp = (
                 self.catalog.generation,
                 self.catalog.count_images(),
-                self.catalog.conn.execute("SELECT max(id) FROM images").fetchone()[0],
+                self.catalog.max_image_id(),
             )
             if self._folders is not None and self._folders[0] == stamp:
                 return self._folders[1]
-            counts = Counter(
-                os.path.dirname(p) for (p,) in self.catalog.conn.execute("SELECT path FROM images")
-            )
+            counts = Counter(os.path.dirname(p) for p in self.catalog.all_paths())
         out = [{"folder": f, "count": n} for f, n in sorted(counts.items())]
         self._folders = (stamp, out)
         return out

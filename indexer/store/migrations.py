@@ -1,0 +1,183 @@
+"""Versioned changes to the catalog's schema, applied in place when a catalog is opened for writing.
+
+Each step is a ``sqlite_utils.Migrations`` function, recorded by name in
+``_sqlite_migrations`` once applied; ``meta.schema_version`` holds the number
+of the last one (what the first release wrote as 1). Steps never touch the
+embeddings: an old index is upgraded in seconds, never re-embedded.
+
+Invariants a step must keep:
+- ids stay as they are, and so does ``sqlite_sequence`` (FAISS holds the ids;
+  AUTOINCREMENT promises an id is never handed out twice);
+- every row and vector survives bit for bit;
+- it is idempotent on what the first release wrote (m001 runs on such catalogs,
+  which have no ``_sqlite_migrations`` table yet).
+
+``migrate`` runs all pending steps in one IMMEDIATE transaction with foreign
+keys off (a table rebuild must not cascade-delete the rows that point at it):
+two processes opening an old catalog at once upgrade it once, and a crash
+leaves it as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import sqlite_utils
+from sqlite_utils import Migrations
+
+MIGRATIONS = Migrations("wherein.catalog")
+
+# What the first release created (its catalog.py, plus the labels table that
+# `wherein label` added on first use). Kept verbatim: m001 must match it.
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS images (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: ids are never reused, FAISS relies on it
+    path TEXT NOT NULL UNIQUE,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    width INTEGER,
+    height INTEGER,
+    format TEXT,
+    indexed_at TEXT NOT NULL,
+    model_id TEXT
+);
+CREATE INDEX IF NOT EXISTS images_sha256 ON images(sha256);
+CREATE TABLE IF NOT EXISTS embeddings (
+    image_id INTEGER PRIMARY KEY REFERENCES images(id) ON DELETE CASCADE,
+    vector BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS skipped (
+    path TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    size INTEGER,
+    mtime_ns INTEGER,
+    seen_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS labels (
+    image_id INTEGER NOT NULL REFERENCES images(id) ON DELETE CASCADE,
+    label TEXT NOT NULL,
+    probability REAL NOT NULL,
+    template TEXT NOT NULL,
+    model_id TEXT NOT NULL,
+    PRIMARY KEY (image_id, label, template, model_id)
+);
+CREATE INDEX IF NOT EXISTS labels_by_label ON labels(label, probability);
+"""
+
+# Paths as the bytes the OS gave (os.fsencode): any name a file system allows,
+# including ones that are not UTF-8, and NFC/NFD spellings stay distinct.
+_IMAGES_V2 = """
+CREATE TABLE images_v2 (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: ids are never reused, FAISS relies on it
+    path BLOB NOT NULL UNIQUE,             -- os.fsencode(path): lossless for any file name
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    width INTEGER,
+    height INTEGER,
+    format TEXT,
+    indexed_at TEXT NOT NULL,
+    model_id TEXT
+)
+"""
+_SKIPPED_V2 = """
+CREATE TABLE skipped_v2 (
+    path BLOB PRIMARY KEY,                 -- os.fsencode(path), as in images
+    reason TEXT NOT NULL,
+    size INTEGER,
+    mtime_ns INTEGER,
+    seen_at TEXT NOT NULL
+)
+"""
+_IMAGE_COLUMNS = "id, path, size, mtime_ns, sha256, width, height, format, indexed_at, model_id"
+
+
+@MIGRATIONS()
+def m001_initial(db: sqlite_utils.Database) -> None:
+    """The first release's schema (a no-op on a catalog it wrote, bar the labels table)."""
+    for statement in _SCHEMA_V1.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    _set_version(db, 1)
+
+
+@MIGRATIONS()
+def m002_paths_as_bytes(db: sqlite_utils.Database) -> None:
+    """images.path and skipped.path become BLOBs of the OS's bytes (UTF-8 text before).
+
+    CAST(text AS BLOB) gives the text's UTF-8 bytes, which is what os.fsencode
+    gives for every name the first release could store.
+    """
+    seq = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'images'").fetchone()
+    db.execute(_IMAGES_V2)
+    db.execute(
+        f"INSERT INTO images_v2({_IMAGE_COLUMNS}) SELECT "
+        + _IMAGE_COLUMNS.replace("path", "CAST(path AS BLOB)", 1)
+        + " FROM images"
+    )
+    db.execute("DROP TABLE images")
+    db.execute("ALTER TABLE images_v2 RENAME TO images")
+    db.execute("CREATE INDEX images_sha256 ON images(sha256)")
+    if seq is not None:  # the highest id ever handed out, which may be a deleted row's
+        if db.execute("SELECT 1 FROM sqlite_sequence WHERE name = 'images'").fetchone():
+            db.execute(
+                "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'images'", (seq[0],)
+            )
+        else:
+            db.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('images', ?)", (seq[0],))
+    db.execute(_SKIPPED_V2)
+    db.execute(
+        "INSERT INTO skipped_v2(path, reason, size, mtime_ns, seen_at) "
+        "SELECT CAST(path AS BLOB), reason, size, mtime_ns, seen_at FROM skipped"
+    )
+    db.execute("DROP TABLE skipped")
+    db.execute("ALTER TABLE skipped_v2 RENAME TO skipped")
+    broken = db.execute("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise sqlite3.IntegrityError(f"foreign keys broken by the path migration: {broken[:3]}")
+    _set_version(db, 2)
+
+
+SCHEMA_VERSION = 2  # the number of the last step above
+
+
+def pending(db: sqlite_utils.Database) -> list[str]:
+    """Names of the steps not yet applied (reads only)."""
+    return [m.name for m in MIGRATIONS.pending(db)]
+
+
+def paths_are_bytes(db: sqlite_utils.Database) -> bool:
+    """Whether paths are stored as BLOBs (m002 applied) rather than the first release's text."""
+    return m002_paths_as_bytes.__name__ not in pending(db)
+
+
+def migrate(db: sqlite_utils.Database) -> list[str]:
+    """Apply the pending steps; return their names. Call with foreign keys off, outside a transaction."""
+    if not pending(db):
+        return []
+    conn = db.conn
+    assert not conn.in_transaction, "migrate() runs its own transaction"
+    assert not conn.execute("PRAGMA foreign_keys").fetchone()[0], "foreign keys must be off"
+    conn.execute("BEGIN IMMEDIATE")  # another opener waits here, then finds nothing to do
+    try:
+        todo = pending(db)
+        MIGRATIONS.apply(db)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return todo
+
+
+def _set_version(db: sqlite_utils.Database, version: int) -> None:
+    db.execute(
+        "INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (json.dumps(version),),
+    )

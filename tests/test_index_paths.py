@@ -1,0 +1,45 @@
+"""`wherein index` takes any file name the OS allows: not UTF-8, or the same name in NFC and NFD."""
+
+from __future__ import annotations
+
+import json
+import os
+import unicodedata
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from wherein.indexer.store.index_store import IndexStore
+from wherein.search.cli import cli
+
+from conftest import draw_shape
+
+
+def index_json(*args: str) -> dict:
+    res = CliRunner().invoke(cli, ["index", *args, "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output[res.output.index("{") :])
+
+
+def test_odd_names_are_indexed_once_and_then_unchanged(env, tmp_path):
+    root = tmp_path / "photos"
+    latin1 = os.fsdecode(os.fsencode(root) + b"/caf\xe9.png")  # a Latin-1 name: not UTF-8
+    nfc = str(root / unicodedata.normalize("NFC", "r\u00e9sum\u00e9.png"))
+    nfd = str(root / unicodedata.normalize("NFD", "r\u00e9sum\u00e9.png"))
+    draw_shape(Path(latin1), "red")
+    draw_shape(Path(nfc), "blue")
+    draw_shape(Path(nfd), "green")
+    assert len(os.listdir(os.fsencode(root))) == 3
+
+    first = index_json(str(root))
+    assert first["embedded"] == 3 and first["skipped"] == 0
+    second = index_json(str(root))
+    assert second["unchanged"] == 3 and second["embedded"] == 0 and second["skipped"] == 0
+
+    with IndexStore.open(env["index"]) as store:
+        known = store.catalog.known_files()
+        assert set(known) == {latin1, nfc, nfd}
+        assert len({row[0] for row in known.values()}) == 3  # three rows, three vectors
+        assert store.catalog.skipped() == []
+    status = CliRunner().invoke(cli, ["status", "--check", "--json"])
+    assert status.exit_code == 0, status.output

@@ -1,0 +1,179 @@
+"""An index written by the first release (tests/fixtures/index_v1) opens with today's code.
+
+It is migrated in place on the first writable open: every row, id and vector
+kept bit for bit, nothing re-embedded, the FAISS file still current, search
+ranking unchanged; a second open does nothing. A read-only open migrates
+nothing and still reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from wherein.indexer.store import migrations
+from wherein.indexer.store.catalog import SCHEMA_VERSION, Catalog
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "index_v1"
+STEPS = ["m001_initial", "m002_paths_as_bytes"]
+
+
+@pytest.fixture()
+def v1(tmp_path) -> Path:
+    d = tmp_path / "index"
+    shutil.copytree(FIXTURE, d)
+    return d
+
+
+def raw(db: Path, sql: str, args=()) -> list[tuple]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def v1_rows(db: Path) -> dict[int, dict]:
+    cols = "id, path, size, mtime_ns, sha256, width, height, format, indexed_at, model_id"
+    return {r[0]: dict(zip(cols.split(", "), r)) for r in raw(db, f"SELECT {cols} FROM images")}
+
+
+def test_fixture_is_what_the_first_release_wrote():
+    db = FIXTURE / "catalog.db"
+    assert raw(db, "SELECT value FROM meta WHERE key = 'schema_version'") == [("1",)]
+    tables = {r[0] for r in raw(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "_sqlite_migrations" not in tables and "labels" in tables
+    assert raw(db, "SELECT typeof(path) FROM images GROUP BY 1") == [("text",)]
+
+
+def test_first_open_migrates_in_place_keeping_every_row_and_vector(v1):
+    db = v1 / "catalog.db"
+    before_rows = v1_rows(db)
+    before_vecs = dict(raw(db, "SELECT image_id, vector FROM embeddings"))
+    before_skips = raw(db, "SELECT path, reason, size, mtime_ns, seen_at FROM skipped")
+    before_meta = dict(raw(db, "SELECT key, value FROM meta"))
+    before_labels = sorted(raw(db, "SELECT * FROM labels"))
+    cat = Catalog(db)
+    assert cat.migrated == STEPS and cat.schema_version == SCHEMA_VERSION == 2
+    assert cat.rows_by_ids(before_rows) == before_rows
+    ids, vecs = cat.vectors_for(before_vecs)
+    assert len(ids) == len(before_vecs) == 9
+    for i, v in zip(ids.tolist(), vecs, strict=True):
+        assert v.astype("<f4").tobytes() == before_vecs[i]
+    assert [tuple(s.values()) for s in cat.skipped()] == before_skips
+    assert {k: cat.get_meta(k) for k in before_meta} == {
+        k: json.loads(v) if k != "schema_version" else 2 for k, v in before_meta.items()
+    }
+    cat.close()
+    assert sorted(raw(db, "SELECT * FROM labels")) == before_labels
+    assert raw(db, "SELECT name FROM _sqlite_migrations ORDER BY id") == [(s,) for s in STEPS]
+    assert raw(db, "SELECT typeof(path) FROM images GROUP BY 1") == [("blob",)]
+    assert raw(db, "PRAGMA integrity_check") == [("ok",)]
+    assert raw(db, "PRAGMA foreign_key_check") == []
+
+
+def test_second_open_is_a_no_op(v1):
+    Catalog(v1 / "catalog.db").close()
+    applied = raw(v1 / "catalog.db", "SELECT * FROM _sqlite_migrations")
+    again = Catalog(v1 / "catalog.db")
+    assert again.migrated == []
+    again.close()
+    assert raw(v1 / "catalog.db", "SELECT * FROM _sqlite_migrations") == applied
+
+
+def test_ids_stay_unique_past_a_deleted_last_row(v1):
+    db = v1 / "catalog.db"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA foreign_keys = ON")
+    with conn:
+        conn.execute("DELETE FROM images WHERE id = 9")  # the highest id handed out
+    conn.close()
+    cat = Catalog(db)
+    with cat.transaction():
+        new = cat.insert_image(
+            {
+                "path": "/new.png",
+                "size": 1,
+                "mtime_ns": 1,
+                "sha256": "x",
+                "width": 1,
+                "height": 1,
+                "format": "png",
+                "indexed_at": "t",
+                "model_id": "m",
+            },
+            None,
+        )
+    assert new == 10
+    cat.close()
+
+
+def test_status_check_passes_without_touching_the_vectors(v1):
+    from wherein.search.cli import cli
+
+    faiss_before = (v1 / "vectors.faiss").read_bytes()
+    res = CliRunner().invoke(cli, ["status", "--check", "--json", "--index", str(v1)])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.output)
+    assert info["check"] == {"ok": True, "problems": [], "repaired": []}
+    assert info["schema_version"] == SCHEMA_VERSION and info["images"] == 9
+    assert info["skipped_count"] == 1 and info["vectors_current"]
+    assert (v1 / "vectors.faiss").read_bytes() == faiss_before  # nothing re-embedded or rebuilt
+
+
+@pytest.mark.slow  # builds the stand-in models once per session
+def test_search_ranks_as_the_first_release_did(v1, standin_models):
+    from wherein.search.api import open_index
+
+    expected = json.loads((v1 / "expected.json").read_text())
+    with open_index(v1, standin_models) as s:
+        for query, want in expected.items():
+            hits = s.search(query, k=20, check_exists=False)
+            assert [h.path for h in hits] == [p for p, _ in want], query
+            np.testing.assert_allclose([h.score for h in hits], [x for _, x in want], atol=1e-6)
+        # Filters read the migrated paths: --under is a folder prefix on the stored bytes.
+        nested = s.search(
+            "red", k=20, under="/tmp/wherein-index-v1/photos/nested", check_exists=False
+        )
+        assert [Path(h.path).name for h in nested][:1] == ["red_copy.png"]
+        assert all("/nested/" in h.path for h in nested) and len(nested) == 4
+
+
+def test_read_only_open_reads_the_old_layout_without_migrating(v1):
+    # What a read-only medium gets: no migration, the first release's text paths.
+    cat = Catalog(v1 / "catalog.db", readonly=True)
+    assert cat.migrated == [] and cat.schema_version == 1
+    path = "/tmp/wherein-index-v1/photos/red_square.png"
+    assert cat.row_by_path(path)["id"] == 5 and cat.row_by_path(path + "x") is None
+    assert cat.rows_by_ids([5])[5]["path"] == path and path in cat.known_files()
+    under = cat.embedded_paths(["/tmp/wherein-index-v1/photos/nested"])
+    assert sorted(i for i, _ in under) == [6, 7, 8, 9]
+    assert len(cat.read_labels()) == 36 and cat.skipped()[0]["path"].endswith("broken.jpg")
+    cat.close()
+    assert raw(v1 / "catalog.db", "SELECT typeof(path) FROM images GROUP BY 1") == [("text",)]
+
+
+def test_a_failing_step_leaves_the_old_catalog_as_it_was(v1, monkeypatch):
+    def m999_boom(db):
+        db.execute("DELETE FROM embeddings")
+        raise RuntimeError("boom")
+
+    steps = [*migrations.MIGRATIONS._migrations]
+    monkeypatch.setattr(
+        migrations.MIGRATIONS,
+        "_migrations",
+        [*steps, migrations.Migrations._Migration("m999_boom", m999_boom)],
+    )
+    db = v1 / "catalog.db"
+    with pytest.raises(RuntimeError, match="boom"):
+        Catalog(db)
+    tables = {r[0] for r in raw(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "_sqlite_migrations" not in tables
+    assert raw(db, "SELECT count(*) FROM embeddings") == [(9,)]
+    assert raw(db, "SELECT typeof(path) FROM images GROUP BY 1") == [("text",)]

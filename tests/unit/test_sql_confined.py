@@ -1,0 +1,55 @@
+"""The catalog is the only place that speaks SQL.
+
+Outside indexer/store/catalog.py and migrations.py no code may hold SQL text,
+run statements on a connection or open one: callers use Catalog's named
+methods, so a schema change (a migration) touches two files. Tests may read
+a catalog file directly: they check what is stored.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ALLOWED = {ROOT / "indexer" / "store" / "catalog.py", ROOT / "indexer" / "store" / "migrations.py"}
+PATTERNS = {
+    "SQL text": re.compile(
+        r"\b(SELECT\s+[\w*(].*\bFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"
+        r"|CREATE\s+(TABLE|(UNIQUE\s+)?INDEX)|DROP\s+TABLE|ALTER\s+TABLE|PRAGMA\s+\w+)\b"
+    ),
+    "a statement run": re.compile(r"\.(execute|executemany|executescript)\("),
+    "a connection": re.compile(r"sqlite3\.connect|sqlite_utils\.|\.conn\b|\._conn\b"),
+}
+
+
+def offences(text: str) -> list[tuple[int, str]]:
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for what, pattern in PATTERNS.items():
+            if pattern.search(line):
+                found.append((n, what))
+    return found
+
+
+def test_patterns_catch_what_they_are_for():
+    assert offences('rows = cat.conn.execute("SELECT id FROM images")') == [
+        (1, "SQL text"),
+        (1, "a statement run"),
+        (1, "a connection"),
+    ]
+    assert offences('"INSERT OR REPLACE INTO skipped(path) VALUES (?)"') == [(1, "SQL text")]
+    assert offences("sqlite3.connect(db)")
+    assert offences("select the images from the folder") == []  # prose is fine
+    assert offences("except sqlite3.Error:") == []  # naming an error type is fine
+
+
+def test_no_sql_outside_the_catalog():
+    bad = []
+    for top in ("indexer", "search", "schemas", "bench"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if path in ALLOWED:
+                continue
+            for line, what in offences(path.read_text()):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {what}")
+    assert not bad, "use a Catalog method instead:\n" + "\n".join(bad)
