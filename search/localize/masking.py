@@ -169,10 +169,10 @@ class MaskResult:
             s = max_side / max(ow, oh)
             ow, oh = max(1, round(ow * s)), max(1, round(oh * s))
         base = image if image.size == (ow, oh) else image.resize((ow, oh), Image.BILINEAR)
-        soft = self.soft if (ow, oh) == self.size else stretch(self.source, (ow, oh))
+        # The tint is for the eye: stretch the 8-bit alpha of the 352 map (Pillow, in C).
         alpha = Image.fromarray(
-            (np.clip(soft, 0, 1) * (OVERLAY_ALPHA * 255) + 0.5).astype(np.uint8)
-        )
+            (np.clip(self.source, 0, 1) * (OVERLAY_ALPHA * 255) + 0.5).astype(np.uint8)
+        ).resize((ow, oh), Image.BILINEAR)
         out = Image.composite(Image.new("RGB", (ow, oh), OVERLAY_TINT), base.convert("RGB"), alpha)
         box = self.bbox_largest
         if box is not None:
@@ -271,17 +271,6 @@ def see(model, path: str | Path) -> Seen:
         return seen_image(model, image, size)
 
     return vision_cache(model).get(key, compute)
-
-
-def mask_image(
-    model, image: Image.Image, size: tuple[int, int], prompts: Sequence[str]
-) -> list[MaskResult]:
-    """One vision pass for all prompts; masks at size=(W, H)."""
-    feats = model.image_features(image)
-    return [
-        MaskResult.from_probability(p, model.decode(feats, model.encode_prompt(p)), size)
-        for p in prompts
-    ]
 
 
 def slug(text: str, limit: int = 40) -> str:
