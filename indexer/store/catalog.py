@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,9 +69,14 @@ def blob_to_vector(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype="<f4")
 
 
+_FS_CODEC = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+
+
 def _path(stored: bytes | str) -> str:
-    # str: a read-only catalog still in the first release's layout (UTF-8 text).
-    return os.fsdecode(stored)
+    """os.fsdecode without its per-call checks (known_files decodes every row).
+
+    str: a read-only catalog still in the first release's layout (UTF-8 text)."""
+    return stored.decode(*_FS_CODEC) if isinstance(stored, bytes) else stored
 
 
 def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:

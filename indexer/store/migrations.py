@@ -30,7 +30,7 @@ MIGRATIONS = Migrations("wherein.catalog")
 
 # What the first release created (its catalog.py, plus the labels table that
 # `wherein label` added on first use). Kept verbatim: m001 must match it.
-_SCHEMA_V1 = """
+SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS images (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: ids are never reused, FAISS relies on it
     path TEXT NOT NULL UNIQUE,
@@ -101,7 +101,7 @@ _IMAGE_COLUMNS = "id, path, size, mtime_ns, sha256, width, height, format, index
 @MIGRATIONS()
 def m001_initial(db: sqlite_utils.Database) -> None:
     """The first release's schema (a no-op on a catalog it wrote, bar the labels table)."""
-    for statement in _SCHEMA_V1.split(";"):
+    for statement in SCHEMA_V1.split(";"):
         if statement.strip():
             db.execute(statement)
     _set_version(db, 1)

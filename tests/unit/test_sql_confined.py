@@ -1,9 +1,10 @@
 """The catalog is the only place that speaks SQL.
 
-Outside indexer/store/catalog.py and migrations.py no code may hold SQL text,
-run statements on a connection or open one: callers use Catalog's named
-methods, so a schema change (a migration) touches two files. Tests may read
-a catalog file directly: they check what is stored.
+Outside indexer/store/catalog.py and migrations.py no package code may hold SQL
+text, run statements on a connection or open one: callers use Catalog's named
+methods, so a schema change (a migration) touches two files. Tests and bench
+scripts may read or write a catalog file directly: they check what is stored,
+or build the first release's layout.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def test_patterns_catch_what_they_are_for():
 
 def test_no_sql_outside_the_catalog():
     bad = []
-    for top in ("indexer", "search", "schemas", "bench"):
+    for top in ("indexer", "search", "schemas"):
         for path in sorted((ROOT / top).rglob("*.py")):
             if path in ALLOWED:
                 continue

@@ -1,0 +1,174 @@
+"""Time the catalog's migration and its path handling on a first-release catalog of N rows.
+
+    .venv/bin/python bench/bench_catalog.py --n 100000
+
+Builds a catalog in the first release's layout (schema 1: paths as UTF-8 text,
+768-d float32 vectors) with plain sqlite3, as that release wrote it, then times:
+- the first writable open (m001 + m002: images and skipped rebuilt with BLOB
+  paths; embeddings untouched) and a second open (nothing pending);
+- known_files() (the indexer's start-up read) before (text, raw query) and after
+  (bytes decoded with os.fsdecode);
+- an --under filter: the old LIKE scan on text vs embedded_paths' range on bytes;
+- bulk insert_images (build-index's path) into a fresh catalog, against the raw
+  executemany of tuples that build-index ran before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from wherein.indexer.store import migrations
+from wherein.indexer.store.catalog import Catalog, vector_to_blob
+
+
+def record(i: int) -> dict:
+    return {
+        "id": i + 1,
+        "path": f"/photos/{i // 1000:04d}/img_{i:07d}.jpg",
+        "size": 2_000_000 + i,
+        "mtime_ns": 1_700_000_000_000_000_000 + i,
+        "sha256": f"{i:064x}",
+        "width": 4032,
+        "height": 3024,
+        "format": "jpg",
+        "indexed_at": "2026-01-01T00:00:00+00:00",
+        "model_id": "bench",
+    }
+
+
+def build_v1(db: Path, n: int, dim: int) -> None:
+    rng = np.random.default_rng(0)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.executescript(migrations.SCHEMA_V1)
+    with conn:
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+        for s in range(0, n, 10000):
+            recs = [record(i) for i in range(s, min(s + 10000, n))]
+            conn.executemany(
+                "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
+                "indexed_at, model_id) VALUES (:id, :path, :size, :mtime_ns, :sha256, :width, "
+                ":height, :format, :indexed_at, :model_id)",
+                recs,
+            )
+            vecs = rng.standard_normal((len(recs), dim)).astype(np.float32)
+            conn.executemany(
+                "INSERT INTO embeddings VALUES (?, ?)",
+                ((r["id"], vector_to_blob(v)) for r, v in zip(recs, vecs, strict=True)),
+            )
+    conn.close()
+
+
+def timed(f):
+    t = time.perf_counter()
+    out = f()
+    return time.perf_counter() - t, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--dim", type=int, default=768)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        v1 = Path(tmp) / "v1.db"
+        build_v1(v1, args.n, args.dim)
+        size = v1.stat().st_size
+        work = Path(tmp) / "catalog.db"
+        shutil.copyfile(v1, work)
+
+        old = sqlite3.connect(v1)
+        t_known_old, known_old = timed(
+            lambda: {
+                r[0]: r[1:]
+                for r in old.execute(
+                    "SELECT i.path, i.id, i.size, i.mtime_ns, i.sha256, e.image_id IS NOT NULL "
+                    "FROM images i LEFT JOIN embeddings e ON e.image_id = i.id"
+                )
+            }
+        )
+        t_under_old, under_old = timed(
+            lambda: old.execute(
+                "SELECT i.id, i.path FROM images i JOIN embeddings e ON e.image_id = i.id "
+                "WHERE i.path = ? OR i.path LIKE ? ESCAPE '\\'",
+                ("/photos/0042", "/photos/0042/%"),
+            ).fetchall()
+        )
+        old.close()
+
+        t_migrate, cat = timed(lambda: Catalog(work))
+        assert cat.migrated == ["m001_initial", "m002_paths_as_bytes"]
+        cat.close()
+        t_reopen, cat = timed(lambda: Catalog(work))
+        assert cat.migrated == []
+        t_known_new, known_new = timed(cat.known_files)
+        assert len(known_new) == len(known_old) == args.n
+        t_under_new, under_new = timed(lambda: cat.embedded_paths(["/photos/0042"]))
+        assert sorted(under_new) == sorted(under_old)
+        cat.close()
+
+        fresh = Catalog(Path(tmp) / "fresh.db")
+        vecs = np.random.default_rng(1).standard_normal((args.n, args.dim)).astype(np.float32)
+
+        def bulk():
+            with fresh.transaction():
+                for s in range(0, args.n, 10000):
+                    recs = [record(i) for i in range(s, min(s + 10000, args.n))]
+                    fresh.insert_images(recs, vecs[s : s + len(recs)])
+
+        t_bulk, _ = timed(bulk)
+        fresh.close()
+
+        raw = sqlite3.connect(
+            Path(tmp) / "raw.db"
+        )  # what build-index did before: tuples, text paths
+        raw.execute("PRAGMA journal_mode = WAL")
+        raw.execute("PRAGMA synchronous = FULL")
+        raw.executescript(migrations.SCHEMA_V1)
+
+        def bulk_raw():
+            with raw:
+                for s in range(0, args.n, 10000):
+                    recs = [record(i) for i in range(s, min(s + 10000, args.n))]
+                    raw.executemany(
+                        "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, "
+                        "format, indexed_at, model_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [tuple(r.values()) for r in recs],
+                    )
+                    raw.executemany(
+                        "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
+                        (
+                            (r["id"], vector_to_blob(v))
+                            for r, v in zip(recs, vecs[s:], strict=False)
+                        ),
+                    )
+
+        t_bulk_raw, _ = timed(bulk_raw)
+        raw.close()
+
+    print(f"catalog: {args.n:,} rows, {args.dim}-d vectors, {size / 1e6:.0f} MB (first layout)")
+    print("| step | wall time |")
+    print("|---|---|")
+    print(f"| first open: migrate m001 + m002 in place | {t_migrate:.2f} s |")
+    print(f"| second open: nothing pending | {t_reopen * 1e3:.1f} ms |")
+    print(f"| known_files, first layout (text, raw query) | {t_known_old:.2f} s |")
+    print(f"| known_files, bytes decoded as os.fsdecode does | {t_known_new:.2f} s |")
+    print(
+        f"| --under one folder ({len(under_old)} rows): old LIKE scan | {t_under_old * 1e3:.1f} ms |"
+    )
+    print(f"| --under one folder: embedded_paths range | {t_under_new * 1e3:.1f} ms |")
+    print(
+        f"| bulk rows + vectors, one transaction: raw executemany (before) | {t_bulk_raw:.2f} s |"
+    )
+    print(f"| bulk rows + vectors, one transaction: insert_images | {t_bulk:.2f} s |")
+
+
+if __name__ == "__main__":
+    main()
