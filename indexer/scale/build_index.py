@@ -1,56 +1,69 @@
 """`wherein build-index`: a normal wherein index directory from embed shards, in bounded memory.
 
-- catalog.db: one images row per embedded item with rowid = the shard's id (so
-  FAISS id = catalog id = shard id), its float32 vector in ``embeddings`` (the
-  search path re-scores candidates against these: 3,072 B/vector plus ~150 B of
-  row), failed items in ``skipped``; one transaction per shard.
-- vectors.faiss + vectors.json via VectorIndex.save(), index chosen by
-  vectors.choose_index(n, dim, budget). IVF is trained on a sample spread over
-  the shards and filled shard by shard. When even the IVF codes exceed the
-  budget, each block of shards fills its own copy of the trained index on disk
-  and faiss.contrib.ondisk.merge_ondisk joins them into vectors.ivfdata, which
-  FAISS memory-maps (kind "ivf-sq8-ondisk": a later catalog change rebuilds it
-  in memory through the normal sync).
+From one or several embed directories (embed_set.py: ids kept disjoint, shards
+taken oldest first), into a new index, or with ``append`` into one built earlier.
+
+- catalog.db (catalog_fill.py): one images row per embedded item, id = FAISS id,
+  its float32 vector in ``embeddings`` (search re-scores candidates against these),
+  failed items in ``skipped``; one transaction per shard. A path in several shards
+  keeps the newest shard's row; how many and which is reported.
+- vectors.faiss + vectors.json via VectorIndex.save(), the index chosen by
+  vectors.choose_index(n, dim, budget). IVF is trained on a sample spread over the
+  shards. When even the IVF codes exceed half the budget, blocks are filled
+  separately and merged on disk into a memory-mapped ``.ivfdata`` (kind
+  "ivf-sq8-ondisk"; a later catalog change rebuilds it in memory through the
+  normal sync).
+- Append keeps the trained quantizer: new vectors go into its lists, rows a newer
+  shard replaced leave them, and the lists of an on-disk index are copied as codes,
+  never re-assigned. Then recall_check.py measures recall@10 for the new vectors;
+  only below its target is the quantizer retrained (on a sample of the catalog) and
+  every list refilled. An index that was exact (flat) and has outgrown that gets its
+  first training instead.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
+from wherein.indexer.scale import ivf_fill
 from wherein.indexer.scale import shards as S
-from wherein.indexer.scale.sources import TAR_SEP
+from wherein.indexer.scale.catalog_fill import fill_catalog
+from wherein.indexer.scale.embed_set import EmbedSet, open_set
+from wherein.indexer.scale.recall_check import RECALL_TARGET, measure
+from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import CATALOG_FILE, IndexStore
 from wherein.indexer.store.vectors import IndexChoice, apply_search_params, choose_index, new_index
 from wherein.schemas.errors import IndexError_
 
 IVFDATA_FILE = "vectors.ivfdata"
 ONDISK_KIND = "ivf-sq8-ondisk"
-TRAIN_PER_LIST = 64  # what VectorIndex._rebuild samples; FAISS wants >= 39 per list
-TRAIN_MIN_PER_LIST = 39
-KMEANS_ITERATIONS = (
-    10  # FAISS' default is 25; 10 loses nothing measurable on recall (bench_scale.py)
-)
 
 
 @dataclass
 class BuildStats:
     index: str
-    vectors: int = 0
+    embed_dirs: list[str] = field(default_factory=list)
+    appended: bool = False
+    vectors: int = 0  # embedded rows in the index now
+    added: int = 0  # of them, from these embed directories
     skipped: int = 0
     shards: int = 0
+    duplicates: int = 0  # paths met more than once (the newest shard's row kept)
+    duplicate_examples: list[dict] = field(default_factory=list)
+    replaced: int = 0  # rows of the earlier index that a newer shard replaced
     kind: str = ""
     factory: str = ""
     nlist: int = 0
     nprobe: int = 0
+    quantizer: str = ""  # "trained", "reused", "retrained"; "" for exact search
+    recall: dict | None = None  # recall check of the reused quantizer
+    recall_after_retrain: dict | None = None
     train_vectors: int = 0
     seconds: float = 0.0
     catalog_seconds: float = 0.0
@@ -68,219 +81,287 @@ def parse_bytes(text: str) -> int:
         raise ValueError(f"not a size: {text!r} (use e.g. 4G, 512M)") from None
 
 
-def _read_shard(embed_dir: Path, entry: dict, columns: list[str] | None = None):
-    import pyarrow.parquet as pq
-
-    return pq.read_table(embed_dir / entry["file"], columns=columns)
-
-
-READ_ROWS = 8192  # rows per parquet read: memory stays bounded whatever the shard size
-
-
-def _shard_batches(embed_dir: Path, entry: dict, columns: list[str] | None = None):
-    """A shard as tables of READ_ROWS rows; the Arrow pool is released after each shard
-    (Arrow keeps freed buffers otherwise, and a 1M build grew by GBs)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    with pq.ParquetFile(embed_dir / entry["file"]) as f:
-        for batch in f.iter_batches(batch_size=READ_ROWS, columns=columns):
-            yield pa.Table.from_batches([batch])
-    pa.default_memory_pool().release_unused()
-
-
-def iter_shard_vectors(embed_dir: Path, manifest: dict) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    for entry in manifest["shards"]:
-        if entry["count"]:
-            for t in _shard_batches(embed_dir, entry, ["id", "embedding"]):
-                yield t.column("id").to_numpy(), unit_rows(S.embeddings(t, manifest["dim"]))
+def iter_shard_vectors(embed_dir: Path, manifest: dict):
+    """(ids, unit vectors) of one embed directory, shard by shard."""
+    del manifest  # kept for callers that already read it
+    return open_set([embed_dir]).vectors()
 
 
 def build_index(
-    embed_dir: str | Path,
+    embed_dirs: str | Path | Iterable[str | Path],
     index_dir: str | Path,
     memory_budget: int | None = None,
     progress: Callable[[str], object] | None = None,
+    append: bool = False,
+    recall_target: float = RECALL_TARGET,
 ) -> BuildStats:
-    import faiss
-
+    """recall_target: with ``append``, retrain the IVF quantizer when the measured recall@10 of
+    the appended vectors falls below it (0 never retrains)."""
     t0 = time.perf_counter()
-    embed_dir, out = (
-        Path(embed_dir).expanduser().absolute(),
-        Path(index_dir).expanduser().absolute(),
-    )
-    manifest = S.read_manifest(embed_dir)
-    if (out / CATALOG_FILE).exists():
-        raise IndexError_(f"{out}: already holds an index; build into a new directory")
-    n, dim = manifest["count"], manifest["dim"]
-    choice = choose_index(n, dim, memory_budget)
-    # In memory only while the codes take at most half the budget: FAISS' training and
-    # add passes need the rest (measured: a 1M build peaked at 2.3 GB with 776 MB of codes).
-    ondisk = (
-        choice.kind != "flat" and memory_budget is not None and n * (dim + 16) > memory_budget // 2
-    )
-    if ondisk:
-        choice = IndexChoice(ONDISK_KIND, choice.factory, choice.nlist, choice.nprobe)
-    stats = BuildStats(str(out), n, manifest["errors"], len(manifest["shards"]), **choice.as_dict())
+    dirs = [embed_dirs] if isinstance(embed_dirs, str | Path) else list(embed_dirs)
+    out = Path(index_dir).expanduser().absolute()
+    exists = (out / CATALOG_FILE).exists()
+    if append and not exists:
+        raise IndexError_(f"{out}: no index to append to (build it first, without --append)")
+    if not append and exists:
+        raise IndexError_(
+            f"{out}: already holds an index; add --append to add these shards to it, "
+            "or build into a new directory"
+        )
     say = progress or (lambda _m: None)
-
-    with IndexStore.open(out, write=True, create=True) as store:
+    with IndexStore.open(out, write=True, create=not append) as store:
+        cat = store.catalog
+        first_id = cat.next_image_id()
+        es = open_set(dirs, first_id)
+        if append:
+            _check_same_model(cat, es, out)
+        current = store.vectors.index is not None and store.vectors.is_current(cat)
+        if append and not current and store.vectors.choice is not None:
+            current = _catch_up(store, say)
+        stats = BuildStats(
+            str(out), [str(d) for d in es.dirs], append, skipped=es.errors, shards=len(es.shards)
+        )
         t = time.perf_counter()
-        _write_catalog(store, embed_dir, manifest, say)
+        before = cat.count_embedded()
+        with cat.transaction():
+            _set_meta(cat, es, append)
+            # Before any row: an interrupted run leaves the catalog ahead of vectors.json,
+            # which the next open (or re-run) brings back in line like any crash.
+            cat.bump_generation()
+        filled = fill_catalog(cat, es, first_id, say)
         stats.catalog_seconds = time.perf_counter() - t
-        index = new_index(choice, dim)
-        if not index.is_trained:
-            t = time.perf_counter()
-            sample = _training_sample(embed_dir, manifest, choice.nlist, memory_budget)
-            stats.train_vectors = len(sample)
-            say(f"training {choice.factory} on {len(sample)} vectors")
-            ivf = faiss.extract_index_ivf(index)
-            ivf.cp.niter = KMEANS_ITERATIONS
-            index.train(sample)
-            del sample
-            stats.train_seconds = time.perf_counter() - t
-        t = time.perf_counter()
-        if ondisk:
-            index = _fill_ondisk(index, embed_dir, manifest, out, memory_budget, say)
+        stats.duplicates = filled.duplicates.count
+        stats.duplicate_examples = filled.duplicates.examples
+        stats.replaced = len(filled.replaced)
+        stats.vectors = cat.count_embedded()
+        stats.added = stats.vectors - before + len(filled.replaced)
+        excluded = np.unique(np.array(filled.excluded, np.int64))
+
+        builder = _Vectors(store, es, memory_budget, stats, say, recall_target)
+        if append and current:
+            queries = _new_id_sample(first_id, es.last_id, excluded)
+            index, choice = builder.append(filled.replaced, excluded, queries)
+        elif append:
+            say("the index's vectors were behind its catalog: rebuilding them from the catalog")
+            index, choice = builder.from_catalog(builder.choose(stats.vectors))
         else:
-            for i, (ids, vecs) in enumerate(iter_shard_vectors(embed_dir, manifest)):
-                index.add_with_ids(vecs, ids)
-                say(f"added shard {i + 1}/{len(manifest['shards'])}")
-        stats.add_seconds = time.perf_counter() - t
+            index, choice = builder.from_shards(excluded)
+        stats.kind, stats.factory = choice.kind, choice.factory
+        stats.nlist, stats.nprobe = choice.nlist, choice.nprobe
         apply_search_params(index, choice)
         vi = store.vectors
         vi.index, vi.choice = index, choice
-        vi.generation = store.catalog.generation
-        vi.model_id, vi.dim = manifest["model_id"], dim
+        vi.generation = cat.generation
+        vi.model_id, vi.dim = es.model_id, es.dim
         vi.save()
+        builder.drop_unused_ivfdata()
     stats.seconds = time.perf_counter() - t0
     return stats
 
 
-def _fmt(uri: str) -> str:
-    name = uri.rsplit(TAR_SEP, 1)[-1]
-    return os.path.splitext(name)[1].lower().lstrip(".")
+def _catch_up(store: IndexStore, say) -> bool:
+    """Vectors behind the catalog (an append interrupted earlier): the normal sync by id
+    difference, in memory; an on-disk index is rebuilt later from the catalog instead."""
+    if store.vectors.choice.kind == ONDISK_KIND:
+        return False
+    say(f"vectors behind the catalog: {store.ensure_vectors(persist=False)}")
+    return store.vectors.is_current(store.catalog)
 
 
-def _write_catalog(store: IndexStore, embed_dir: Path, manifest: dict, say) -> None:
-    cat = store.catalog
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    model_id = manifest["model_id"]
-    with cat.transaction():
-        cat.set_meta("model_id", model_id)
-        cat.set_meta("space", manifest["space"])
-        cat.set_meta("dim", manifest["dim"])
-        cat.set_meta("model_file", manifest.get("model_file"))
-        cat.set_meta("built_from", str(embed_dir))
-    for k, entry in enumerate(manifest["shards"]):
-        errors = _read_shard(embed_dir, {"file": entry["errors_file"]}).to_pydict()
-        with cat.transaction():
-            for t in _shard_batches(embed_dir, entry):
-                vecs = S.embeddings(t, manifest["dim"])
-                cols = t.drop(["embedding"]).to_pydict()
-                records = [
-                    {
-                        "id": i,
-                        "path": u,
-                        "size": sz,
-                        "mtime_ns": m,
-                        "sha256": sh,
-                        "width": w,
-                        "height": h,
-                        "format": _fmt(u),
-                        "indexed_at": now,
-                        "model_id": model_id,
-                    }
-                    for i, u, sz, m, sh, w, h in zip(
-                        cols["id"],
-                        cols["uri"],
-                        cols["size"],
-                        cols["mtime_ns"],
-                        cols["sha256"],
-                        cols["width"],
-                        cols["height"],
-                        strict=True,
-                    )
-                ]
-                cat.insert_images(records, vecs)
-            cat.record_skips(
-                zip(
-                    errors["uri"],
-                    errors["reason"],
-                    errors["size"],
-                    errors["mtime_ns"],
-                    [now] * len(errors["uri"]),
-                    strict=True,
-                ),
+def _check_same_model(cat: Catalog, es: EmbedSet, out: Path) -> None:
+    model_id, dim = cat.get_meta("model_id"), int(cat.get_meta("dim", 0) or 0)
+    if model_id and (model_id, dim) != (es.model_id, es.dim):
+        raise S.ShardError(
+            f"{out}: holds vectors of model {model_id} ({dim}-d); these shards were embedded "
+            f"with {es.model_id} ({es.dim}-d): build a new index for them"
+        )
+
+
+def _set_meta(cat: Catalog, es: EmbedSet, append: bool) -> None:
+    cat.set_meta("model_id", es.model_id)
+    cat.set_meta("space", es.space)
+    cat.set_meta("dim", es.dim)
+    cat.set_meta("model_file", es.model_file)
+    earlier = cat.get_meta("built_from", []) if append else []
+    earlier = [earlier] if isinstance(earlier, str) else list(earlier or [])
+    cat.set_meta("built_from", earlier + [str(d) for d in es.dirs])
+
+
+def _new_id_sample(first_id: int, last_id: int, excluded: np.ndarray, n: int = 1000) -> np.ndarray:
+    """Up to n ids of this build's new rows (candidates for the recall check's queries)."""
+    span = last_id - first_id + 1
+    if span <= 0:
+        return np.zeros(0, np.int64)
+    rng = np.random.default_rng(0)
+    ids = first_id + rng.choice(span, min(span, n + len(excluded)), replace=False)
+    return np.setdiff1d(ids.astype(np.int64), excluded)[:n]
+
+
+class _Vectors:
+    """The FAISS side of one build or append."""
+
+    def __init__(
+        self, store: IndexStore, es: EmbedSet, budget: int | None, stats, say, target: float
+    ) -> None:
+        self.store, self.cat, self.es = store, store.catalog, es
+        self.budget, self.stats, self.say, self.target = budget, stats, say, target
+        self.ivfdata: Path | None = None  # the .ivfdata the new index uses, if any
+
+    def choose(self, n: int) -> IndexChoice:
+        choice = choose_index(n, self.es.dim, self.budget)
+        # In memory only while the codes take at most half the budget: FAISS' training and
+        # add passes need the rest (measured: a 1M build peaked at 2.3 GB with 776 MB of codes).
+        if self._ondisk(choice, n):
+            choice = IndexChoice(ONDISK_KIND, choice.factory, choice.nlist, choice.nprobe)
+        return choice
+
+    def _ondisk(self, choice: IndexChoice, n: int) -> bool:
+        return (
+            choice.kind != "flat"
+            and self.budget is not None
+            and n * (self.es.dim + 16) > self.budget // 2
+        )
+
+    def _ivfdata_path(self) -> Path:
+        gen = self.cat.generation
+        name = IVFDATA_FILE if not self.stats.appended else f"vectors.{gen}.ivfdata"
+        self.ivfdata = self.store.dir / name
+        return self.ivfdata
+
+    def _fill(self, empty: bytes, choice: IndexChoice, parts: list, exclude=None):
+        import faiss
+
+        t = time.perf_counter()
+        if choice.kind == ONDISK_KIND:
+            index = ivf_fill.fill_ondisk(
+                empty, parts, self._ivfdata_path(), self.budget, self.es.dim, self.say, exclude
             )
-        say(f"catalog: shard {k + 1}/{len(manifest['shards'])}")
-    with cat.transaction():
-        cat.bump_generation()
+        else:
+            index = faiss.deserialize_index(empty)
+            for part in parts:
+                if hasattr(part, "ntotal"):
+                    ivf_fill.copy_lists(part, index, exclude)
+                else:
+                    for ids, vecs in part:
+                        index.add_with_ids(vecs, ids)
+        self.stats.add_seconds += time.perf_counter() - t
+        return index
+
+    def _train(self, choice: IndexChoice, sample: np.ndarray):
+        import faiss
+
+        t = time.perf_counter()
+        index = new_index(choice, self.es.dim)
+        self.stats.train_vectors = len(sample)
+        self.say(f"training {choice.factory} on {len(sample)} vectors")
+        ivf_fill.train(index, sample)
+        self.stats.train_seconds += time.perf_counter() - t
+        return faiss.serialize_index(index)
+
+    def from_shards(self, excluded: np.ndarray):
+        """A new index from the shards (the catalog was just written from them)."""
+        choice = self.choose(self.stats.vectors)
+        if choice.kind == "flat":
+            index = new_index(choice, self.es.dim)
+            t = time.perf_counter()
+            for ids, vecs in self.es.vectors(excluded):
+                index.add_with_ids(vecs, ids)
+            self.stats.add_seconds += time.perf_counter() - t
+            return index, choice
+        sample = _shard_sample(
+            self.es, ivf_fill.sample_size(choice.nlist, self.es.count, self.es.dim, self.budget)
+        )
+        empty = self._train(choice, sample)
+        del sample
+        self.stats.quantizer = "trained"
+        return self._fill(empty, choice, [self.es.vectors(excluded)]), choice
+
+    def from_catalog(self, choice: IndexChoice, how: str = "trained"):
+        """Train (if IVF) on a sample of the catalog and fill every list from it."""
+        n = self.cat.count_embedded()
+        batches = ((ids, unit_rows(v)) for ids, v in self.cat.iter_vectors())
+        if choice.kind == "flat":
+            index = new_index(choice, self.es.dim)
+            for ids, vecs in batches:
+                index.add_with_ids(vecs, ids)
+            return index, choice
+        size = ivf_fill.sample_size(choice.nlist, n, self.es.dim, self.budget)
+        empty = self._train(choice, ivf_fill.catalog_sample(self.cat, size))
+        self.stats.quantizer = how
+        return self._fill(empty, choice, [batches]), choice
+
+    def append(self, replaced: list[int], excluded: np.ndarray, new_ids: np.ndarray):
+        import faiss
+
+        old, have = self.store.vectors.index, self.store.vectors.choice
+        want = self.choose(self.stats.vectors)
+        gone = np.unique(np.array(replaced, np.int64))
+        new_vectors = self.es.vectors(excluded)
+        if have.kind == "flat" and want.kind == "flat":
+            t = time.perf_counter()
+            if len(gone):
+                old.remove_ids(faiss.IDSelectorBatch(gone))
+            for ids, vecs in new_vectors:
+                old.add_with_ids(vecs, ids)
+            self.stats.add_seconds += time.perf_counter() - t
+            return old, have
+        if have.kind == "flat":
+            self.say(f"{self.stats.vectors} vectors: past exact search, training {want.factory}")
+            return self.from_catalog(want)
+        # Keep the trained quantizer: its nlist/nprobe, in memory or on disk as the budget says.
+        kind = ONDISK_KIND if self._ondisk(want, self.stats.vectors) else "ivf-sq8"
+        choice = IndexChoice(kind, have.factory, have.nlist, have.nprobe)
+        if have.kind != ONDISK_KIND and kind != ONDISK_KIND:
+            t = time.perf_counter()
+            if len(gone):
+                old.remove_ids(faiss.IDSelectorBatch(gone))
+            for ids, vecs in new_vectors:
+                old.add_with_ids(vecs, ids)
+            self.stats.add_seconds += time.perf_counter() - t
+            index = old
+        else:
+            index = self._fill(ivf_fill.empty_like(old), choice, [old, new_vectors], gone)
+        self.stats.quantizer = "reused"
+        apply_search_params(index, choice)
+        check = measure(index, choice.nprobe, self.cat, new_ids, self.target)
+        self.stats.recall = check.as_dict() if check else None
+        if check is None or check.ok:
+            return index, choice
+        self.say(
+            f"recall@10 of the appended vectors {check.recall:.2f} < {check.target:.2f}: "
+            "retraining the quantizer"
+        )
+        index, choice = self.from_catalog(want, how="retrained")
+        apply_search_params(index, choice)
+        after = measure(index, choice.nprobe, self.cat, new_ids, self.target)
+        self.stats.recall_after_retrain = after.as_dict() if after else None
+        return index, choice
+
+    def drop_unused_ivfdata(self) -> None:
+        """After the save: .ivfdata files no index points at any more (the old vectors.faiss did)."""
+        for path in ivf_fill.ivfdata_files(self.store.dir):
+            if path != self.ivfdata:
+                path.unlink(missing_ok=True)
 
 
-def _training_sample(embed_dir: Path, manifest: dict, nlist: int, budget: int | None) -> np.ndarray:
-    """Rows spread evenly over all shards: nlist*64, held to an eighth of the budget (>= nlist*39):
-    k-means and the residual pass hold several copies of the sample."""
-    n, dim = manifest["count"], manifest["dim"]
-    want = nlist * TRAIN_PER_LIST
-    if budget is not None:
-        want = min(want, max(nlist * TRAIN_MIN_PER_LIST, budget // 8 // (dim * 4)))
-    want = min(want, n)
+def _shard_sample(es: EmbedSet, want: int) -> np.ndarray:
+    """Rows spread evenly over all shards, never a whole shard in memory."""
     rng = np.random.default_rng(0)
     parts, left = [], want
-    entries = [e for e in manifest["shards"] if e["count"]]
-    total = sum(e["count"] for e in entries)
-    for k, entry in enumerate(entries):
-        take = left if k == len(entries) - 1 else min(left, round(want * entry["count"] / total))
+    refs = [r for r in es.shards if r.entry["count"]]
+    total = sum(r.entry["count"] for r in refs)
+    for k, ref in enumerate(refs):
+        count = ref.entry["count"]
+        take = left if k == len(refs) - 1 else min(left, round(want * count / total))
         if take <= 0:
             continue
-        rows = np.sort(rng.choice(entry["count"], min(take, entry["count"]), replace=False))
+        rows = np.sort(rng.choice(count, min(take, count), replace=False))
         start = 0
-        for t in _shard_batches(embed_dir, entry, ["embedding"]):  # never a whole shard in memory
+        for t in ref.batches(["embedding"]):
             end = start + t.num_rows
             lo, hi = np.searchsorted(rows, [start, end])
             if hi > lo:
-                parts.append(unit_rows(S.embeddings(t, dim)[rows[lo:hi] - start]))
+                parts.append(unit_rows(S.embeddings(t, es.dim)[rows[lo:hi] - start]))
             start = end
         left -= len(rows)
-    return np.concatenate(parts) if parts else np.zeros((0, dim), np.float32)
-
-
-def _fill_ondisk(trained, embed_dir: Path, manifest: dict, out: Path, budget: int, say):
-    """Blocks of shards, each sized to a quarter of the budget, filled separately and merged on disk."""
-    import faiss
-    from faiss.contrib.ondisk import merge_ondisk
-
-    dim = manifest["dim"]
-    per_block = max(1, (budget // 4) // (dim + 16))
-    work = out / ".build"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    empty = faiss.serialize_index(trained)
-    blocks: list[str] = []
-    block, held = faiss.deserialize_index(empty), 0
-
-    def flush():
-        nonlocal block, held
-        if held:
-            name = str(work / f"block-{len(blocks):05d}.index")
-            faiss.write_index(block, name)
-            blocks.append(name)
-            say(f"wrote block {len(blocks)} ({held} vectors)")
-        block, held = faiss.deserialize_index(empty), 0
-
-    for ids, vecs in iter_shard_vectors(embed_dir, manifest):
-        for s in range(0, len(ids), per_block):
-            part_ids, part = ids[s : s + per_block], vecs[s : s + per_block]
-            block.add_with_ids(part, part_ids)
-            held += len(part_ids)
-            if held >= per_block:
-                flush()
-    flush()
-    index = faiss.deserialize_index(empty)
-    ivfdata = out / IVFDATA_FILE
-    if ivfdata.exists():
-        ivfdata.unlink()
-    merge_ondisk(index, blocks, str(ivfdata))
-    shutil.rmtree(work, ignore_errors=True)
-    return index
+    return np.concatenate(parts) if parts else np.zeros((0, es.dim), np.float32)

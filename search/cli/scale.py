@@ -151,19 +151,32 @@ def embed(
 
 
 @click.command("build-index")
-@click.argument("embed_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument(
+    "embed_dirs",
+    nargs=-1,
+    required=True,
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+)
 @index_option
 @click.option(
     "--max-memory", default=None, help="Memory budget for the vectors, e.g. 4G, 512M [no limit]."
 )
+@click.option(
+    "--append",
+    is_flag=True,
+    help="Add the shards to the index built earlier, keeping its trained IVF quantizer "
+    "(retrained only if the measured recall falls below target).",
+)
 @quiet_option
 @json_option
 @friendly_errors
-def build_index(embed_dir, index_dir, max_memory, quiet, fmt):
-    """Build a new wherein index (catalog + FAISS) from the shards `wherein embed` wrote.
+def build_index(embed_dirs, index_dir, max_memory, append, quiet, fmt):
+    """Build a wherein index (catalog + FAISS) from the shards `wherein embed` wrote into
+    one or more EMBED_DIRS.
 
     The index goes to --index (or WHEREIN_INDEX, or the per-user dir), which must not
-    hold an index yet.
+    hold an index yet, unless --append. A path in several shards keeps the newest
+    shard's row.
     """
     from wherein.indexer import paths as P
     from wherein.indexer.scale.build_index import build_index as run_build
@@ -174,13 +187,38 @@ def build_index(embed_dir, index_dir, max_memory, quiet, fmt):
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--max-memory") from None
     say = None if quiet or fmt == "json" else (lambda m: click.echo(m, err=True))
-    stats = run_build(embed_dir, P.index_dir(index_dir), budget, progress=say)
+    stats = run_build(embed_dirs, P.index_dir(index_dir), budget, progress=say, append=append)
     result = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in vars(stats).items()}
     if fmt == "json":
         echo_json(result)
     else:
+        _echo_build(stats)
+
+
+def _echo_build(stats) -> None:
+    verb = "appended" if stats.appended else "built"
+    click.echo(
+        f"{stats.index}: {verb} {stats.added} vectors from {stats.shards} shards of "
+        f"{len(stats.embed_dirs)} embed dir(s); {stats.vectors} in the index "
+        f"[{stats.kind}: {stats.factory}, nprobe {stats.nprobe}] in {stats.seconds:.1f}s; "
+        f"{stats.skipped} failed items recorded as skipped"
+    )
+    if stats.duplicates:
         click.echo(
-            f"{stats.vectors} vectors from {stats.shards} shards -> {stats.index} "
-            f"[{stats.kind}: {stats.factory}, nprobe {stats.nprobe}] in {stats.seconds:.1f}s; "
-            f"{stats.skipped} failed items recorded as skipped"
+            f"{stats.duplicates} path(s) were in more than one place; the newest shard's row "
+            f"was kept{' (' + str(stats.replaced) + ' replaced rows of the index)' if stats.replaced else ''}, e.g.:"
         )
+        for ex in stats.duplicate_examples[:3]:
+            click.echo(f"  {ex['path']}: kept {ex['kept']}, dropped {ex['dropped']}")
+    if stats.recall:
+        r = stats.recall
+        line = (
+            f"quantizer reused: recall@10 {r['recall_at_10']:.3f} for {r['queries']} appended "
+            f"vectors (target {r['target']:.2f})"
+        )
+        after = stats.recall_after_retrain
+        if after:
+            line += f"; below target: retrained, recall@10 now {after['recall_at_10']:.3f}"
+        click.echo(line)
+    elif stats.appended and stats.quantizer:
+        click.echo(f"quantizer {stats.quantizer}")

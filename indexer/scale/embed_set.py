@@ -1,0 +1,141 @@
+"""Several embed directories read as one collection: shards oldest first, ids kept disjoint.
+
+Each `wherein embed` run numbers its items 1..N; a build from several runs (or an
+append to an index built earlier) shifts each run's ids past the ones before it, so
+catalog id = FAISS id stays unique and is never one an index handed out before.
+Shards are ordered by the time their ``.done`` marker was written (then by the order
+the directories were given, then by shard number): writing them in that order lets
+the newest shard of a path win simply by coming last.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from wherein.indexer.normalize import unit_rows
+from wherein.indexer.scale import shards as S
+
+READ_ROWS = 8192  # rows per parquet read: memory stays bounded whatever the shard size
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    embed_dir: Path
+    entry: dict  # the manifest's entry: shard, file, count, errors_file, errors
+    offset: int  # added to the shard's ids
+    written_at: float  # when its .done marker was written (0 when the marker has no time)
+    source: int  # position of its directory in the list given
+
+    @property
+    def name(self) -> str:
+        return f"{self.embed_dir}/{self.entry['file']}"
+
+    def batches(self, columns: list[str] | None = None):
+        """The shard as pyarrow tables of READ_ROWS rows, ids shifted by the offset. The Arrow
+        pool is released after each shard (it keeps freed buffers, and a 1M build grew by GBs)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        with pq.ParquetFile(self.embed_dir / self.entry["file"]) as f:
+            for batch in f.iter_batches(batch_size=READ_ROWS, columns=columns):
+                t = pa.Table.from_batches([batch])
+                if self.offset and "id" in t.column_names:
+                    shifted = pc.add(t.column("id"), pa.scalar(self.offset, pa.int64()))
+                    t = t.set_column(t.column_names.index("id"), "id", shifted)
+                yield t
+        pa.default_memory_pool().release_unused()
+
+    def errors(self) -> dict[str, list]:
+        """The failed items of this shard: uri, reason, size, mtime_ns (ids shifted)."""
+        import pyarrow.parquet as pq
+
+        cols = pq.read_table(self.embed_dir / self.entry["errors_file"]).to_pydict()
+        cols["id"] = [i + self.offset for i in cols["id"]]
+        return cols
+
+
+@dataclass
+class EmbedSet:
+    dirs: list[Path]
+    manifests: list[dict]
+    shards: list[ShardRef]  # oldest first
+    model_id: str
+    space: str
+    dim: int
+    model_file: str | None
+    last_id: int  # the largest id any item of the set can have
+
+    @property
+    def count(self) -> int:
+        """Embedded vectors in all shards (a path in several directories counts each time)."""
+        return sum(m["count"] for m in self.manifests)
+
+    @property
+    def errors(self) -> int:
+        return sum(m["errors"] for m in self.manifests)
+
+    def vectors(self, exclude: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(ids, unit vectors) in shard order, batch by batch; ids in ``exclude`` left out."""
+        for ref in self.shards:
+            if not ref.entry["count"]:
+                continue
+            for t in ref.batches(["id", "embedding"]):
+                ids, vecs = t.column("id").to_numpy(), unit_rows(S.embeddings(t, self.dim))
+                if exclude is not None and len(exclude):
+                    keep = ~np.isin(ids, exclude)
+                    ids, vecs = ids[keep], vecs[keep]
+                if len(ids):
+                    yield ids, vecs
+
+    def describe(self, item_id: int) -> str:
+        """Which directory and shard an id of this set came from."""
+        for ref in self.shards:
+            lo = ref.offset + ref.entry["shard"] * self.manifests[ref.source]["shard_size"]
+            if lo < item_id <= lo + self.manifests[ref.source]["shard_size"]:
+                return ref.name
+        return "the index"
+
+
+def open_set(dirs: list[str | Path], first_id: int = 1) -> EmbedSet:
+    """Read the manifests (each complete), check they share one model, and lay out the ids."""
+    paths = [Path(d).expanduser().absolute() for d in dirs]
+    if len(set(paths)) != len(paths):
+        raise S.ShardError("the same embed directory is given twice")
+    manifests = [S.read_manifest(p) for p in paths]
+    first = manifests[0]
+    for p, m in zip(paths[1:], manifests[1:], strict=True):
+        if (m["model_id"], m["dim"]) != (first["model_id"], first["dim"]):
+            raise S.ShardError(
+                f"{p}: embedded with model {m['model_id']} ({m['dim']}-d), but {paths[0]} with "
+                f"{first['model_id']} ({first['dim']}-d); one index holds one model's vectors"
+            )
+    refs, offset = [], first_id - 1
+    for k, (p, m) in enumerate(zip(paths, manifests, strict=True)):
+        for entry in m["shards"]:
+            refs.append(ShardRef(p, entry, offset, _written_at(p, entry["shard"]), k))
+        offset += m["items"]
+    refs.sort(key=lambda r: (r.written_at, r.source, r.entry["shard"]))
+    return EmbedSet(
+        paths,
+        manifests,
+        refs,
+        first["model_id"],
+        first["space"],
+        first["dim"],
+        first.get("model_file"),
+        offset,
+    )
+
+
+def _written_at(embed_dir: Path, shard: int) -> float:
+    try:
+        marker = json.loads(S.shard_paths(embed_dir, shard)[2].read_text())
+    except (OSError, ValueError):
+        return 0.0
+    return float(marker.get("written_at", 0.0))
