@@ -177,3 +177,26 @@ def test_a_failing_step_leaves_the_old_catalog_as_it_was(v1, monkeypatch):
     assert "_sqlite_migrations" not in tables
     assert raw(db, "SELECT count(*) FROM embeddings") == [(9,)]
     assert raw(db, "SELECT typeof(path) FROM images GROUP BY 1") == [("text",)]
+
+
+def test_concurrent_first_opens_migrate_once(v1):
+    import threading
+
+    barrier = threading.Barrier(4)
+    results: list = []
+
+    def open_it():
+        barrier.wait()
+        try:
+            cat = Catalog(v1 / "catalog.db")
+            results.append((cat.migrated, cat.count_images()))
+            cat.close()
+        except Exception as exc:  # noqa: BLE001 - the test reports it below
+            results.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results, key=str) == sorted([(STEPS, 9)] + [([], 9)] * 3, key=str)
