@@ -139,7 +139,11 @@ class Indexer:
         progress: Callable[[int], object] | None = None,
         on_total: Callable[[int], None] | None = None,
         retry_skipped: bool = False,
+        persist_vectors: bool = True,
     ) -> RunStats:
+        """One incremental run over roots. persist_vectors=False leaves the FAISS file for
+        later (a watch saves it now and then): the catalog is the truth, and readers and
+        the next open catch up from it by id difference."""
         stats = RunStats()
         t0 = time.perf_counter()
         cat = self.store.catalog
@@ -166,5 +170,5 @@ class Indexer:
             stats.interrupted = True
         finally:
             stats.seconds = time.perf_counter() - t0
-            stats.vectors_note = self.store.ensure_vectors(persist=True)
+            stats.vectors_note = self.store.ensure_vectors(persist=persist_vectors)
         return stats

@@ -45,6 +45,20 @@ def register(cli: click.Group) -> None:
     is_flag=True,
     help="If another wherein process is writing this index, wait for it instead of exiting 75.",
 )
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="After indexing, keep following PATHS: new, changed, moved and deleted files are "
+    "applied as they settle (Ctrl-C stops).",
+)
+@click.option(
+    "--settle",
+    type=click.FloatRange(0.05, 3600),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --watch: how long a file must stay unchanged before it is indexed.",
+)
 @json_option
 @friendly_errors
 def index(
@@ -58,9 +72,16 @@ def index(
     no_draft,
     quiet,
     wait,
+    watch,
+    settle,
     fmt,
 ):
-    """Index the images under PATHS (incremental: re-run any time)."""
+    """Index the images under PATHS (incremental: re-run any time).
+
+    \b
+      wherein index ~/Photos
+      wherein index ~/Photos --watch        (then follow changes until Ctrl-C)
+    """
     from wherein.indexer import paths as P
     from wherein.indexer.ingest.run import Indexer
     from wherein.indexer.models.image_tower import ImageTower
@@ -87,6 +108,14 @@ def index(
                 on_total=bar.reset,
             )
         total = store.catalog.count_embedded()
+        if watch and not stats.interrupted and not stats.bad_roots:
+            _report(stats, total, fmt)
+            _watch(indexer, [str(p) for p in paths], hidden, settle, fmt)
+            return
+    _report(stats, total, fmt)
+
+
+def _report(stats, total: int, fmt: str | None) -> None:
     result = {
         "images": total,
         "embedded": stats.embedded,
@@ -132,6 +161,50 @@ def index(
         raise click.ClickException(
             "; ".join(f"cannot read {p.path}: {p.reason}" for p in stats.bad_roots)
         )
+
+
+def _watch(indexer, roots: list[str], hidden: bool, settle: float, fmt: str | None) -> None:
+    """Follow roots until Ctrl-C; one line (or JSON object) per batch that changed something."""
+    import json
+    import time
+
+    from wherein.indexer.ingest.watch import WatchOptions, follow
+
+    def on_batch(folders: list[str], stats) -> None:
+        changed = {
+            "embedded": stats.embedded,
+            "moved": stats.moved,
+            "copied": stats.copied,
+            "touched": stats.touched,
+            "deleted": stats.deleted,
+            "skipped": stats.skipped,
+        }
+        if not any(changed.values()) and not stats.problems:
+            return
+        total = indexer.store.catalog.count_embedded()
+        if fmt == "json":
+            line = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "folders": folders, **changed}
+            click.echo(json.dumps({**line, "images": total}))
+        else:
+            parts = ", ".join(f"{n} {k}" for k, n in changed.items() if n)
+            click.echo(f"{time.strftime('%H:%M:%S')}  {parts or 'no change'}; {total} images")
+        for p in stats.problems:
+            click.echo(f"  could not read {p.path}: {p.reason}", err=True)
+
+    def on_ready() -> None:  # after the catch-up run: every change from now on is seen
+        click.echo(f"watching {', '.join(roots)} (Ctrl-C to stop)", err=True)
+
+    interrupted = follow(
+        indexer,
+        roots,
+        WatchOptions(quiet=settle, include_hidden=hidden),
+        on_batch=on_batch,
+        on_ready=on_ready,
+    )
+    if interrupted is not None:
+        click.echo("interrupted: everything committed so far is kept", err=True)
+        sys.exit(130)
+    click.echo("stopped watching", err=True)
 
 
 # -- status --------------------------------------------------------------------
