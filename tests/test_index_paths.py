@@ -43,3 +43,15 @@ def test_odd_names_are_indexed_once_and_then_unchanged(env, tmp_path):
         assert store.catalog.skipped() == []
     status = CliRunner().invoke(cli, ["status", "--check", "--json"])
     assert status.exit_code == 0, status.output
+
+    # Search and the web app hand such a name on instead of failing on it.
+    hits = CliRunner().invoke(cli, ["search", "red", "--json", "-k", "3"])
+    assert hits.exit_code == 0 and json.loads(hits.output)[0]["path"] == latin1
+    from fastapi.testclient import TestClient
+
+    from wherein.search.web.app import create_app
+
+    app = create_app(env["index"], env["models"])
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        res = client.get("/api/search", params={"q": "red"})
+        assert res.status_code == 200 and res.json()["hits"][0]["path"] == latin1

@@ -137,7 +137,7 @@ def label_hits(catalog, run: LabelRun) -> list[Hit]:
         (i for i in range(len(run.ids)) if int(run.ids[i]) in rows),
         key=lambda i: rows[int(run.ids[i])]["path"],
     )
-    hits = []
+    hits: list[Hit] = []
     for i in order:
         best = int(np.argmax(run.probabilities[i]))
         extra = {

@@ -21,6 +21,7 @@ INDEX/cache.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -33,7 +34,8 @@ from urllib.parse import quote
 from fastapi import FastAPI, Query
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, Response
+from fastapi.responses import JSONResponse as _StarletteJSON
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -184,6 +186,18 @@ def create_app(
 
 
 # -- errors --------------------------------------------------------------------------------
+class JSONResponse(_StarletteJSON):
+    """JSON with non-ASCII characters escaped.
+
+    A file name that is not UTF-8 reaches Python as str with lone surrogates
+    (os.fsdecode); as \\udcXX escapes it is valid JSON, where writing it as UTF-8
+    would fail the whole response.
+    """
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message, "status": status}, status_code=status)
 
