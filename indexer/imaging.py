@@ -90,7 +90,7 @@ def decode(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data) if data is not None else source)
+            img: Image.Image = Image.open(io.BytesIO(data) if data is not None else source)
             w, h = img.size
             if w * h > MAX_PIXELS:
                 raise DecodeError(
@@ -144,7 +144,7 @@ def to_rgb(img: Image.Image) -> Image.Image:
 
 def siglip_input(img: Image.Image, size: int = SIGLIP_IMAGE_SIZE) -> np.ndarray:
     """[3,size,size] float32: bicubic squash (no crop), /255, (x-0.5)/0.5 — open_clip's recipe."""
-    x = np.asarray(img.resize((size, size), Image.BICUBIC), dtype=np.float32)
+    x = np.asarray(img.resize((size, size), Image.Resampling.BICUBIC), dtype=np.float32)
     x = x * (2.0 / 255.0) - 1.0
     return np.ascontiguousarray(x.transpose(2, 0, 1))
 
@@ -155,7 +155,7 @@ _CLIPSEG_SCALE = 1.0 / (np.array(CLIPSEG_STD, dtype=np.float32) * 255.0)
 
 def clipseg_input(img: Image.Image, size: int = CLIPSEG_IMAGE_SIZE) -> np.ndarray:
     """[3,size,size] float32: bilinear squash, /255, ImageNet mean/std (CIDAS config)."""
-    x = np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.float32)
+    x = np.asarray(img.resize((size, size), Image.Resampling.BILINEAR), dtype=np.float32)
     x = (x - _CLIPSEG_MEAN) * _CLIPSEG_SCALE
     return np.ascontiguousarray(x.transpose(2, 0, 1))
 

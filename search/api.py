@@ -304,6 +304,10 @@ class Searcher:
         globs = _as_list(glob)
         if not unders and not globs:
             return None
+        return self._matching_ids(unders, globs)
+
+    def _matching_ids(self, unders: list, globs: list) -> np.ndarray:
+        """Catalog ids under any of ``unders`` and matching any of ``globs`` (either empty: all)."""
         folders = [os.path.abspath(os.path.expanduser(os.fspath(u))) for u in unders]
         rows = self.store.catalog.embedded_paths(folders or None)
         if globs:
@@ -317,7 +321,7 @@ class Searcher:
             f"--under {u}: no indexed image is in this folder (it is outside every folder "
             "this index covers, or they hold no images); `wherein status` shows the index"
             for u in _as_list(under)
-            if not len(self._filter_ids(u, None))
+            if not len(self._matching_ids([u], []))
         ]
 
     def _candidates(self, qv: QueryVectors, k, min_probability, min_score, allowed) -> np.ndarray:
@@ -331,8 +335,10 @@ class Searcher:
         approx = choice is not None and choice.kind != "flat"
         selector = faiss.IDSelectorBatch(allowed) if allowed is not None else None
         nprobe = choice.nprobe if choice is not None else 0
-        threshold = None
+        nlist = choice.nlist if choice is not None else 0
+        threshold: tuple[np.ndarray, float] | None = None
         if min_probability is not None:
+            assert qv.text is not None  # search() refuses min_probability without a text term
             threshold = (qv.text, self.text_tower.cosine_for_probability(min_probability))
         elif min_score is not None:
             threshold = (qv.full, float(min_score))
@@ -345,7 +351,7 @@ class Searcher:
             _, _, ids = index.range_search(
                 vec[None].astype(np.float32),
                 np.nextafter(radius, -2.0),
-                params=_params(selector, choice.nlist if nprobe else 0),
+                params=_params(selector, nlist if nprobe else 0),
             )
             return np.unique(ids.astype(np.int64))
         want = k or DEFAULT_K
@@ -358,9 +364,9 @@ class Searcher:
             )
             got = ids[0][ids[0] >= 0]
             # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
-            if len(got) >= min(want, available) or not nprobe or nprobe >= choice.nlist:
+            if len(got) >= min(want, available) or not nprobe or nprobe >= nlist:
                 return got.astype(np.int64)
-            nprobe = min(choice.nlist, nprobe * 4)
+            nprobe = min(nlist, nprobe * 4)
 
     def _join(
         self, qv: QueryVectors, ids: np.ndarray, k, min_probability, min_score, check_exists
@@ -428,9 +434,13 @@ def add_masks(
 def _params(selector, nprobe: int):
     import faiss
 
+    # FAISS's Python wrapper takes fields as keywords (and keeps `sel` alive); its stubs
+    # declare bare constructors.
     if nprobe:
-        return faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
-    return faiss.SearchParameters(sel=selector) if selector is not None else None
+        return faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)  # type: ignore[call-arg, unused-ignore]
+    if selector is None:
+        return None
+    return faiss.SearchParameters(sel=selector)  # type: ignore[call-arg, unused-ignore]
 
 
 def _check_dim(got: int, want: int, what: str) -> None:

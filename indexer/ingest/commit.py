@@ -50,7 +50,7 @@ def record(path: str, p: Prepared, model_id: str, now: str) -> dict:
 def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> None:
     # Donors are never written by this run before the end (plan.py), so reading
     # their vectors before the transaction is safe.
-    donors = [s.item.decision.row for s in steps if s.item.decision.kind is Kind.COPY]
+    donors = [s.item.decision.named_row for s in steps if s.item.decision.kind is Kind.COPY]
     ids, vecs = cat.vectors_for(donors) if donors else ((), ())
     donor_vector = {int(i): v for i, v in zip(ids, vecs, strict=True)}
     now = now_iso()
@@ -61,18 +61,17 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
             if d.kind is Kind.LATER or isinstance(p, Unsettled):
                 continue
             path, old = work.found.path, work.old
-            replaces = old is not None and d.kind is not Kind.TOUCH
-            if replaces:
+            if old is not None and d.kind is not Kind.TOUCH:  # the path's row is replaced
                 cat.delete_images([old.id])
                 changed = True
             if d.kind is Kind.TOUCH:
-                cat.touch(d.row, p.size, p.mtime_ns)
+                cat.touch(d.named_row, p.size, p.mtime_ns)
             elif d.kind is Kind.MOVE:
-                cat.relink(d.row, path, p.size, p.mtime_ns)
+                cat.relink(d.named_row, path, p.size, p.mtime_ns)
             elif d.kind is Kind.SKIP:
                 cat.record_skip(path, d.reason, p.size, p.mtime_ns, now)
             else:
-                vector = s.vector if d.kind is Kind.EMBED else donor_vector[d.row]
+                vector = s.vector if d.kind is Kind.EMBED else donor_vector[d.named_row]
                 cat.insert_image(record(path, p, model_id, now), vector)
                 changed = True
         if changed:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
@@ -75,7 +75,7 @@ def default_workers() -> int:
 
 def prefetch(
     items: Iterable[I], load: Callable[[I], L], workers: int, ahead: int
-) -> Iterator[tuple[I, L]]:
+) -> Generator[tuple[I, L], None, None]:
     """(item, load(item)) in input order, with at most `ahead` loads queued or running."""
     pool = ThreadPoolExecutor(workers, thread_name_prefix="decode")
     window: deque[tuple[I, Future[L]]] = deque()
@@ -98,7 +98,7 @@ class _Pending(Generic[T]):
     def __init__(self, tower: Tower, clock: Callable[[], float]) -> None:
         self.tower, self.clock = tower, clock
         self.steps: list[Step[T]] = []
-        self.waiting: list[Step[T]] = []
+        self.waiting: list[tuple[Step[T], np.ndarray]] = []  # with the pixels they had
         self.embedded = 0
         self.model_seconds = 0.0
 
@@ -106,7 +106,7 @@ class _Pending(Generic[T]):
         self.steps.append(step)
         if step.pixels is not None:
             self.embedded += 1
-            self.waiting.append(step)
+            self.waiting.append((step, step.pixels))
             if len(self.waiting) >= self.tower.batch_size:
                 self.run_tower()
 
@@ -114,9 +114,9 @@ class _Pending(Generic[T]):
         if not self.waiting:
             return
         t = self.clock()
-        vectors = self.tower.embed(np.stack([s.pixels for s in self.waiting]))
+        vectors = self.tower.embed(np.stack([pixels for _, pixels in self.waiting]))
         self.model_seconds += self.clock() - t
-        for s, v in zip(self.waiting, vectors, strict=True):
+        for (s, _), v in zip(self.waiting, vectors, strict=True):
             s.vector, s.pixels = v, None
         self.waiting.clear()
 

@@ -155,6 +155,13 @@ class Decision:
     row: int | None = None  # touch: own row; move: the gone row claimed; copy: the donor
     reason: str = ""  # skip / later
 
+    @property
+    def named_row(self) -> int:
+        """row, for the kinds that name one (touch, move, copy); route() always sets it."""
+        if self.row is None:
+            raise AssertionError(f"a {self.kind} decision without a row")
+        return self.row
+
 
 def route(work: Work, read: Prepared | Unsettled, p: Plan, claimed: Set[int]) -> Decision:
     """Stage 2: what to do with one read file. claimed: gone rows already moved this run

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,7 @@ class WalkProblem:
 
 
 def walk(
-    roots: list[str | Path],
+    roots: Sequence[str | Path],
     include_hidden: bool = False,
     problems: list[WalkProblem] | None = None,
 ) -> Iterator[FoundFile]:
@@ -94,5 +94,5 @@ def _note(problems: list[WalkProblem] | None, path: str, exc: OSError, root: boo
         problems.append(WalkProblem(path, reason, root))
 
 
-def under_any(path: str, roots: list[str]) -> bool:
+def under_any(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)

@@ -162,7 +162,8 @@ class ClipSeg:
             g = LiteRTGraph(paths.get(name, d / name), num_threads)
             g.check(_GRAPH_SPECS[name])  # one-line ModelError naming the file and expected I/O
             graphs.append(g)
-        return cls.from_parts(*graphs, assets_dir=d)
+        vision, text, decoder = graphs
+        return cls.from_parts(vision, text, decoder, assets_dir=d)
 
     @classmethod
     def from_parts(cls, vision: Graph, text: Graph, decoder: Graph, assets_dir: Path) -> ClipSeg:

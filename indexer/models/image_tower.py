@@ -64,6 +64,7 @@ class ImageTower:
     def embed(self, batch: np.ndarray) -> np.ndarray:
         """[n,3,224,224] -> [n,768] L2-normalised (re-normalised: guards against fp16 drift)."""
         big = self.graph.signature_for_batch(self.batch_size)
+        assert big is not None  # batch_size is the largest of the graph's own batch sizes
         one = self.graph.signature_for_batch(1)
         tail = one.key if one is not None else None
         return unit_rows(self.graph.run_batched(batch, big.key, tail=tail))

@@ -162,7 +162,8 @@ def build_index(
 def _catch_up(store: IndexStore, say) -> bool:
     """Vectors behind the catalog (an append interrupted earlier): the normal sync by id
     difference, in memory; an on-disk index is rebuilt later from the catalog instead."""
-    if store.vectors.choice.kind == ONDISK_KIND:
+    choice = store.vectors.choice
+    if choice is None or choice.kind == ONDISK_KIND:
         return False
     say(f"vectors behind the catalog: {store.ensure_vectors(persist=False)}")
     return store.vectors.is_current(store.catalog)
@@ -228,11 +229,12 @@ class _Vectors:
         self.ivfdata = self.store.dir / name
         return self.ivfdata
 
-    def _fill(self, empty: bytes, choice: IndexChoice, parts: list, exclude=None):
+    def _fill(self, empty: np.ndarray, choice: IndexChoice, parts: list, exclude=None):
         import faiss
 
         t = time.perf_counter()
         if choice.kind == ONDISK_KIND:
+            assert self.budget is not None  # on disk only under a memory budget (_ondisk)
             index = ivf_fill.fill_ondisk(
                 empty, parts, self._ivfdata_path(), self.budget, self.es.dim, self.say, exclude
             )
@@ -294,6 +296,7 @@ class _Vectors:
         import faiss
 
         old, have = self.store.vectors.index, self.store.vectors.choice
+        assert old is not None and have is not None  # an append starts from current vectors
         want = self.choose(self.stats.vectors)
         gone = np.unique(np.array(replaced, np.int64))
         new_vectors = self.es.vectors(excluded)

@@ -81,10 +81,10 @@ def embed(
     model_id, space, model_file = model_identity(models)
     stats = EmbedStats(str(out), engine)
     # Absolute local paths: a resumed run from another working directory finds the same plan.
-    srcs = [
-        s if "://" in s and not s.startswith("file://") else local_path(s)
-        for s in map(str, sources)
-    ]
+    srcs: list[str] = []
+    for s in map(str, sources):
+        path = None if "://" in s and not s.startswith("file://") else local_path(s)
+        srcs.append(s if path is None else path)
     plan, stats.resumed = shards.open_plan(
         out,
         srcs,

@@ -20,11 +20,16 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.catalog import Catalog
+
+if TYPE_CHECKING:  # FAISS is imported where it runs
+    import faiss
+    from typing_extensions import TypeIs
 
 IVFDATA_SUFFIX = ".ivfdata"
 TRAIN_PER_LIST = 64  # what VectorIndex._rebuild samples; FAISS wants >= 39 per list
@@ -70,6 +75,7 @@ def catalog_draw(cat: Catalog, n: int, seed: int = 0) -> tuple[np.ndarray, np.nd
         if need <= 0 or (small and pos >= top):
             break
         if small:
+            assert order is not None  # drawn above when small
             draw, pos = np.sort(order[pos : pos + 2 * need + 16]), pos + 2 * need + 16
         else:
             draw = np.unique(rng.integers(1, top + 1, 2 * need + 16))
@@ -92,8 +98,8 @@ def catalog_sample(cat: Catalog, n: int, seed: int = 0) -> np.ndarray:
 
 
 def fill_ondisk(
-    empty: bytes,
-    parts: Iterable[Batches | object],
+    empty: np.ndarray,
+    parts: Iterable[Batches | faiss.Index],
     ivfdata: Path,
     budget: int,
     dim: int,
@@ -153,6 +159,7 @@ def copy_lists(
 
     s_ivf, d_ivf = faiss.extract_index_ivf(src), faiss.extract_index_ivf(dst)
     s_inv, d_inv = s_ivf.invlists, d_ivf.invlists
+    assert s_inv is not None and d_inv is not None  # an IVF index always holds its lists
     code_size = s_inv.code_size
     copied = 0
     for lst in range(s_ivf.nlist) if lists is None else lists:
@@ -174,7 +181,7 @@ def copy_lists(
     return copied
 
 
-def empty_like(index) -> bytes:
+def empty_like(index) -> np.ndarray:
     """The serialized trained index with no vectors: quantizer and codec of ``index``, lists empty.
 
     Its lists are swapped out for the duration (not copied: they can be GBs, or on disk).
@@ -183,6 +190,7 @@ def empty_like(index) -> bytes:
 
     ivf = faiss.extract_index_ivf(index)
     lists, own, total, outer = ivf.invlists, ivf.own_invlists, ivf.ntotal, index.ntotal
+    assert lists is not None  # an IVF index always holds its lists
     blank = faiss.ArrayInvertedLists(ivf.nlist, ivf.code_size)
     ivf.own_invlists = False  # replace_invlists would otherwise free the real lists
     ivf.replace_invlists(blank, False)
@@ -199,7 +207,7 @@ def ivfdata_files(index_dir: Path) -> list[Path]:
     return sorted(index_dir.glob(f"*{IVFDATA_SUFFIX}"))
 
 
-def _is_index(part) -> bool:
+def _is_index(part: object) -> TypeIs[faiss.Index]:
     return hasattr(part, "ntotal") and hasattr(part, "search")
 
 

@@ -189,12 +189,14 @@ def join(address: str) -> Joined:
             f"{TOKEN_ENV}, or {TOKEN_PATH_ENV} to a file holding it, or copy it to "
             f"{DEFAULT_TOKEN_FILE} ({TOKEN_HINT})"
         )
+    if result not in ("rejected", "accepted"):
+        raise RayConnectError(f"cannot join the Ray cluster at {addr}: {result}")
+    # probe() answers "rejected" or "accepted" only after asking with a token.
+    assert token is not None, result
     if result == "rejected":
         raise RayConnectError(
             f"the Ray cluster at {addr} rejected the auth token from {token.source}; use {TOKEN_HINT}"
         )
-    if result != "accepted":
-        raise RayConnectError(f"cannot join the Ray cluster at {addr}: {result}")
     set_auth_mode("token")
     return Joined(addr, token, f"ray: joining {addr} with the auth token from {token.source}")
 
@@ -204,7 +206,8 @@ def set_auth_mode(mode: str) -> None:
     it loads its config, so a process that already ran Ray reloads it, as ray.init does."""
     os.environ[MODE_ENV] = mode
     if "ray._raylet" in sys.modules:
-        from ray._raylet import AuthenticationTokenLoader, Config
+        # ray/_raylet.pyi declares only part of the compiled module.
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined, unused-ignore]
 
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
@@ -212,7 +215,7 @@ def set_auth_mode(mode: str) -> None:
 
 def _probe_main(address: str) -> None:
     """Child side of probe(): one JSON line on stdout."""
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined, unused-ignore]  # not in _raylet.pyi
     from ray.exceptions import AuthenticationError
 
     def ask() -> str:

@@ -36,7 +36,9 @@ def decode_batch(batch: dict, draft: bool) -> dict:
     n = len(batch["id"])
     size = SIGLIP_IMAGE_SIZE
     pixels = np.zeros((n, 3, size, size), np.float32)
-    cols = {k: [] for k in ("size", "mtime_ns", "sha256", "width", "height", "error")}
+    cols: dict[str, list[object]] = {
+        k: [] for k in ("size", "mtime_ns", "sha256", "width", "height", "error")
+    }
     for j in range(n):
         res = records.load(
             str(batch["uri"][j]), int(batch["offset"][j]), int(batch["length"][j]), draft

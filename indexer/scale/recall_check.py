@@ -68,8 +68,11 @@ def measure(
     nlist = faiss.extract_index_ivf(index).nlist
     if len(q_ids) == 0 or index.ntotal <= K:
         return None
-    _, truth = index.search(q, K + 1, params=faiss.SearchParametersIVF(nprobe=nlist))
-    _, got = index.search(q, K + 1, params=faiss.SearchParametersIVF(nprobe=nprobe))
+    # FAISS's Python wrapper takes fields as keywords; its stubs declare a bare constructor.
+    everything = faiss.SearchParametersIVF(nprobe=nlist)  # type: ignore[call-arg, unused-ignore]
+    at_nprobe = faiss.SearchParametersIVF(nprobe=nprobe)  # type: ignore[call-arg, unused-ignore]
+    _, truth = index.search(q, K + 1, params=everything)
+    _, got = index.search(q, K + 1, params=at_nprobe)
     hits = []
     for own, t, g in zip(q_ids, truth, got, strict=True):
         t = [i for i in t.tolist() if i != own and i >= 0][:K]

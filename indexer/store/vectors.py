@@ -80,6 +80,7 @@ def index_ids(index: faiss.Index) -> np.ndarray:
         return faiss.vector_to_array(index.id_map).astype(np.int64)
     ivf = faiss.extract_index_ivf(index)
     invlists = ivf.invlists
+    assert invlists is not None  # an IVF index always holds its lists
     ids = []
     for lst in range(ivf.nlist):
         size = invlists.list_size(lst)
@@ -233,12 +234,14 @@ class VectorIndex:
         k = max(1, min(k, self.ntotal)) if self.ntotal else 1
         if self.ntotal == 0:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
-        params = None
+        params: faiss.SearchParameters | None = None
         if selector is not None:
+            # FAISS's Python wrapper takes fields as keywords (and keeps `sel` alive); its stubs
+            # declare bare constructors.
             if self.choice is not None and self.choice.nprobe:
-                params = faiss.SearchParametersIVF(sel=selector, nprobe=self.choice.nprobe)
+                params = faiss.SearchParametersIVF(sel=selector, nprobe=self.choice.nprobe)  # type: ignore[call-arg, unused-ignore]
             else:
-                params = faiss.SearchParameters(sel=selector)
+                params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg, unused-ignore]
         scores, ids = self.index.search(queries, k, params=params)
         return scores, ids
 
@@ -253,7 +256,8 @@ def write_index_file(index: faiss.Index, path: Path) -> None:
     (no second copy of the index in memory).
     """
     with open(path, "wb") as f:
-        faiss.write_index(index, faiss.PyCallbackIOWriter(f.write, 1 << 20))
+        # PyCallbackIOWriter is in faiss's SWIG module but not in its stubs.
+        faiss.write_index(index, faiss.PyCallbackIOWriter(f.write, 1 << 20))  # type: ignore[attr-defined, unused-ignore]
 
 
 def _ivf_outgrown(have: IndexChoice, want: IndexChoice) -> bool:

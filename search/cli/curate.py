@@ -32,28 +32,27 @@ def register(cli: click.Group) -> None:
 
 def output_options(f: Callable) -> Callable:
     """The same output switches as `wherein search`, plus --export/--format, --index, --models."""
-    for opt in reversed(
-        [
-            format_options(),
-            click.option(
-                "--export",
-                "export_path",
-                type=click.Path(path_type=Path),  # a folder for .yolo/.masks
-                default=None,
-                help="Also write the rows to FILE (.csv, .jsonl or .parquet); with --mask, "
-                "the masks as labels (.coco.json, a .yolo or .masks folder).",
-            ),
-            click.option(
-                "--format",
-                "export_fmt",
-                type=click.Choice(EXPORT_FORMATS),
-                default=None,
-                help="Export format [default: from the FILE extension].",
-            ),
-            index_option,
-            models_option,
-        ]
-    ):
+    options: list[Callable[[Callable], Callable]] = [
+        format_options(),
+        click.option(
+            "--export",
+            "export_path",
+            type=click.Path(path_type=Path),  # a folder for .yolo/.masks
+            default=None,
+            help="Also write the rows to FILE (.csv, .jsonl or .parquet); with --mask, "
+            "the masks as labels (.coco.json, a .yolo or .masks folder).",
+        ),
+        click.option(
+            "--format",
+            "export_fmt",
+            type=click.Choice(EXPORT_FORMATS),
+            default=None,
+            help="Export format [default: from the FILE extension].",
+        ),
+        index_option,
+        models_option,
+    ]
+    for opt in reversed(options):
         f = opt(f)
 
     @functools.wraps(f)

@@ -22,7 +22,9 @@ PARTS = ("siglip2-image", "clipseg", "siglip2-text")
 
 
 def register(cli: click.Group) -> None:
-    cli.commands["models"].add_command(optimize)
+    models = cli.commands["models"]
+    assert isinstance(models, click.Group)  # registered before this module's register()
+    models.add_command(optimize)
 
 
 def _duration(seconds: float) -> str:

@@ -187,7 +187,8 @@ def friendly_errors(f: Callable) -> Callable:
 
 def _click_error(exc: WhereinError) -> click.ClickException:
     err = click.ClickException(str(exc))
-    err.exit_code = exc.exit_code
+    # click declares exit_code a ClassVar, but main() reads it from the instance.
+    err.exit_code = exc.exit_code  # type: ignore[misc]
     return err
 
 

@@ -101,6 +101,7 @@ def find_duplicates(
             uf.union(ids[0], other)
     pairs: dict[tuple[int, int], float] = {}
     if not exact_only:
+        assert threshold is not None  # set to the space's default above
         store.ensure_vectors(persist=False)
         pairs = _near_pairs(store, float(threshold), batch)
         for a, b in pairs:

@@ -53,7 +53,8 @@ def encode(item: LabelledImage, categories: Categories) -> Piece:
 
 
 def finish(records: list[dict[str, Any]], categories: Categories, dest: Path) -> dict[str, bytes]:
-    images, annotations = [], []
+    images: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
     for rec in records:
         images.append(rec["image"])
         for ann in rec["annotations"]:

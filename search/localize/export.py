@@ -98,16 +98,18 @@ class Categories:
 
 def _format_module(fmt: str):
     if fmt == "coco":
-        from wherein.search.localize import coco as m
-    elif fmt == "yolo":
-        from wherein.search.localize import yolo as m
-    elif fmt == "masks":
-        from wherein.search.localize import pngmasks as m
-    else:
-        raise LabelExportError(
-            f"unknown label format {fmt!r} (choose from {', '.join(LABEL_FORMATS)})"
-        )
-    return m
+        from wherein.search.localize import coco
+
+        return coco
+    if fmt == "yolo":
+        from wherein.search.localize import yolo
+
+        return yolo
+    if fmt == "masks":
+        from wherein.search.localize import pngmasks
+
+        return pngmasks
+    raise LabelExportError(f"unknown label format {fmt!r} (choose from {', '.join(LABEL_FORMATS)})")
 
 
 def base_name(item: LabelledImage) -> str:

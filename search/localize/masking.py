@@ -168,11 +168,13 @@ class MaskResult:
         if max_side and max(ow, oh) > max_side:
             s = max_side / max(ow, oh)
             ow, oh = max(1, round(ow * s)), max(1, round(oh * s))
-        base = image if image.size == (ow, oh) else image.resize((ow, oh), Image.BILINEAR)
+        base = (
+            image if image.size == (ow, oh) else image.resize((ow, oh), Image.Resampling.BILINEAR)
+        )
         # The tint is for the eye: stretch the 8-bit alpha of the 352 map (Pillow, in C).
         alpha = Image.fromarray(
             (np.clip(self.source, 0, 1) * (OVERLAY_ALPHA * 255) + 0.5).astype(np.uint8)
-        ).resize((ow, oh), Image.BILINEAR)
+        ).resize((ow, oh), Image.Resampling.BILINEAR)
         out = Image.composite(Image.new("RGB", (ow, oh), OVERLAY_TINT), base.convert("RGB"), alpha)
         box = self.bbox_largest
         if box is not None:
@@ -236,7 +238,7 @@ def preview_base(image: Image.Image, size: tuple[int, int]) -> Image.Image:
     w, h = size
     s = min(1.0, PREVIEW_MAX_SIDE / max(w, h), image.width / w, image.height / h)
     pw, ph = max(1, round(w * s)), max(1, round(h * s))
-    return image if image.size == (pw, ph) else image.resize((pw, ph), Image.BILINEAR)
+    return image if image.size == (pw, ph) else image.resize((pw, ph), Image.Resampling.BILINEAR)
 
 
 def seen_image(model, image: Image.Image, size: tuple[int, int]) -> Seen:
@@ -344,12 +346,13 @@ def with_fields(hit: Any, values: dict[str, Any]) -> Any:
     """
     if isinstance(hit, dict):
         return {**hit, **values}
-    if dataclasses.is_dataclass(hit):
+    if dataclasses.is_dataclass(hit) and not isinstance(hit, type):
         names = {f.name for f in dataclasses.fields(hit)}
         changes = {k: v for k, v in values.items() if k in names}
         missing = {k: v for k, v in values.items() if k not in names}
-        if missing and isinstance(getattr(hit, "extra", None), dict):
-            changes["extra"] = {**hit.extra, **missing}
+        extra = getattr(hit, "extra", None)
+        if missing and isinstance(extra, dict):
+            changes["extra"] = {**extra, **missing}
         elif missing:
             warnings.warn(
                 f"{type(hit).__name__} has no field(s) {', '.join(sorted(missing))}; "
@@ -405,14 +408,15 @@ def add_masks_to_hits(
                 on_error(hit, str(exc))
             return dict.fromkeys(HIT_MASK_FIELDS)
         res = MaskResult.from_probability(prompt, model.decode(seen.features, cond), seen.size)
-        values = {
+        area = round(res.area, 6)
+        values: dict[str, Any] = {
             "mask_path": None,
             "overlay_path": None,
             "bbox": res.bbox,
-            "mask_area": round(res.area, 6),
+            "mask_area": area,
             "mask_score": round(res.score, 6),
         }
-        if min_mask_area is not None and values["mask_area"] < min_mask_area:
+        if min_mask_area is not None and area < min_mask_area:
             return values  # dropped below: no files for it
         out_dir.mkdir(parents=True, exist_ok=True)
         base = file_base(path.stem, prompt, _hit_get(hit, "rank"))

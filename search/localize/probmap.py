@@ -45,7 +45,9 @@ def stretch(prob: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     if prob.shape == (h, w):
         return prob
     if w < prob.shape[1] or h < prob.shape[0]:
-        return np.asarray(Image.fromarray(prob).resize((w, h), Image.BILINEAR), dtype=np.float32)
+        return np.asarray(
+            Image.fromarray(prob).resize((w, h), Image.Resampling.BILINEAR), dtype=np.float32
+        )
     c0, c1, wc = _axis(w, prob.shape[1])
     r0, r1, wr = _axis(h, prob.shape[0])
     cols = prob[:, c0] + (prob[:, c1] - prob[:, c0]) * wc  # [h_in, W]

@@ -54,7 +54,7 @@ class ResizedCache:
             img, _ = decode(data, draft_size=self.max_side)
         except DecodeError as exc:
             raise FileChanged(f"the indexed file no longer decodes ({exc})") from None
-        img.thumbnail((self.max_side, self.max_side), Image.LANCZOS)
+        img.thumbnail((self.max_side, self.max_side), Image.Resampling.LANCZOS)
         buf = io.BytesIO()
         img.save(buf, "JPEG", quality=self.quality, optimize=True)
         return buf.getvalue()

@@ -78,7 +78,7 @@ def _check_pinned(manifest: dict, graph: Path, module) -> None:
 
 
 def _row(model: str, sig: str, precision: str, p=None, status: str = "ok", note: str = "") -> dict:
-    row = {
+    row: dict[str, str | float | None] = {
         "model": model,
         "signature": sig,
         "precision": precision,

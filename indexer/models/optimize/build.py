@@ -196,6 +196,7 @@ def prepare_image(
         not force
         and record.get("passed")
         and record.get("from_sha256") == source_sha
+        and manifest
         and current is not None
         and current.name == record.get("candidate")
         and current.is_file()

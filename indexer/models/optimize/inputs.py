@@ -71,7 +71,7 @@ def catalog_paths(index_dir: Path | None, want: int) -> tuple[list[str], int]:
 def _keep(img: Image.Image) -> Image.Image:
     if max(img.size) > KEEP_SIDE:
         img = img.copy()
-        img.thumbnail((KEEP_SIDE, KEEP_SIDE), Image.BILINEAR)
+        img.thumbnail((KEEP_SIDE, KEEP_SIDE), Image.Resampling.BILINEAR)
     return img
 
 

@@ -81,8 +81,8 @@ def optimized_rows(md: ModelDir) -> list[dict]:
                 "status": status,
             }
         )
-    text = _manifest(md.text_dir / "manifest.json")
-    fig = (text or {}).get("parity", {}).get("figures", {}).get("serving_default")
+    text = _manifest(md.text_dir / "manifest.json") or {}
+    fig = text.get("parity", {}).get("figures", {}).get("serving_default")
     if fig:
         rows.append(
             {

@@ -96,20 +96,31 @@ class SelfTest:
 
 # -- independent preprocessing, from the contract ------------------------------
 def reference_siglip(img: Image.Image) -> np.ndarray:
-    x = np.asarray(img.convert("RGB").resize((SIGLIP_IMAGE_SIZE,) * 2, Image.BICUBIC), np.float64)
+    x = np.asarray(
+        img.convert("RGB").resize((SIGLIP_IMAGE_SIZE,) * 2, Image.Resampling.BICUBIC), np.float64
+    )
     x = (x / 255.0 - np.array(SIGLIP_MEAN)) / np.array(SIGLIP_STD)
     return x.transpose(2, 0, 1).astype(np.float32)
 
 
 def reference_clipseg(img: Image.Image) -> np.ndarray:
-    x = np.asarray(img.convert("RGB").resize((CLIPSEG_IMAGE_SIZE,) * 2, Image.BILINEAR), np.float64)
+    x = np.asarray(
+        img.convert("RGB").resize((CLIPSEG_IMAGE_SIZE,) * 2, Image.Resampling.BILINEAR), np.float64
+    )
     x = (x / 255.0 - np.array(CLIPSEG_MEAN)) / np.array(CLIPSEG_STD)
     return x.transpose(2, 0, 1).astype(np.float32)
 
 
 def _truth_352(probe: Probe) -> np.ndarray:
     t = Image.fromarray(probe.truth().astype(np.uint8) * 255)
-    return np.asarray(t.resize((CLIPSEG_IMAGE_SIZE,) * 2, Image.NEAREST)) > 127
+    return np.asarray(t.resize((CLIPSEG_IMAGE_SIZE,) * 2, Image.Resampling.NEAREST)) > 127
+
+
+def _pipeline_pixels(data: bytes) -> np.ndarray:
+    prepared = prepare_for_siglip(data)
+    if prepared.pixels is None:  # the probes are drawn images: they always decode
+        raise ValueError(f"a self-test probe did not decode: {prepared.error}")
+    return prepared.pixels
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -140,10 +151,12 @@ def text_encoder(md: ModelDir):
 # -- the checks ----------------------------------------------------------------
 def _ranking(probes, tower, encoder) -> tuple[list[Check], list[dict]]:
     files = [p.file_bytes() for p in probes]
-    pipeline = tower.embed(np.stack([prepare_for_siglip(f).pixels for f in files]))
+    pipeline = tower.embed(np.stack([_pipeline_pixels(f) for f in files]))
     reference = tower.embed(np.stack([reference_siglip(p.draw()) for p in probes]))
     rows, fails, ref_fails, drift, worst_margin, collapse = [], [], [], [], 1.0, 0.0
-    p_true, p_wrong, gaps = [], [], []
+    p_true: list[float] = []
+    p_wrong: list[float] = []
+    gaps: list[float] = []
     for i, probe in enumerate(probes):
         captions = [probe.caption, *probe.wrong_captions()]
         t = encoder.encode([SIGLIP_PROMPT_TEMPLATE.format(c) for c in captions])

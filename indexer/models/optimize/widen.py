@@ -241,7 +241,7 @@ def write_model(model, path: Path) -> None:
         f.write(head)
         for bi, arr in data.items():
             f.write(b"\0" * (offsets[bi] - f.tell()))
-            f.write(memoryview(arr))
+            f.write(arr.data)  # the array's buffer, uncopied
 
 
 def _round_up(n: int) -> int:
