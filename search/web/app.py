@@ -28,7 +28,7 @@ import threading
 from collections import Counter
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import FastAPI, Query
@@ -74,7 +74,7 @@ def _json_schema_response(component: str, description: str) -> dict:
     }
 
 
-IMAGE_RESPONSES = {
+IMAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "JPEG", "content": {"image/jpeg": {}}},
     404: {"description": "No such image, or its file is gone"},
     409: {"description": "The file changed since it was indexed: refused"},
