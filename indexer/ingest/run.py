@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,8 +87,9 @@ class _Run:
     def route(self, work: Work, read: Prepared | Unsettled) -> Step[Routed]:
         d = route(work, read, self.plan, self.claimed)
         if d.kind is Kind.MOVE:
-            self.claimed.add(d.row)
-        pixels = read.pixels if d.kind is Kind.EMBED else None
+            self.claimed.add(d.named_row)
+        # route() embeds only a file it read (never an Unsettled one).
+        pixels = read.pixels if d.kind is Kind.EMBED and isinstance(read, Prepared) else None
         return Step(Routed(work, read, d), pixels)
 
     def commit(self, steps: list[Step[Routed]]) -> None:
@@ -134,7 +135,7 @@ class Indexer:
 
     def run(
         self,
-        roots: list[str | Path],
+        roots: Sequence[str | Path],
         include_hidden: bool = False,
         progress: Callable[[int], object] | None = None,
         on_total: Callable[[int], None] | None = None,
