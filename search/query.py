@@ -65,6 +65,8 @@ class Term:
             raise QueryError(f"unknown term kind {self.kind!r}")
         if not self.value.strip():
             raise QueryError("empty query term")
+        if self.kind == "text" and not is_text(self.value):
+            raise QueryError(f"{self.value!r}: not text (it holds bytes that are not UTF-8)")
         w = abs(self.weight)
         if not (math.isfinite(self.weight) and MIN_WEIGHT <= w <= MAX_WEIGHT):
             raise QueryError(
@@ -154,6 +156,15 @@ class Query:
     def __str__(self) -> str:
         s = " ".join(t.describe() for t in self.terms)
         return s[2:] if s.startswith("+ ") else s
+
+
+def is_text(s: str) -> bool:
+    """Whether s is text a model can read: no lone surrogates (undecodable bytes in argv)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _parse_terms(text: str) -> list[Term]:

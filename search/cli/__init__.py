@@ -7,6 +7,8 @@ One module per feature, each with ``register(cli)``; the options they share
 from __future__ import annotations
 
 import importlib
+import io
+import sys
 
 import click
 
@@ -31,11 +33,24 @@ class WhereinGroup(click.Group):
         return list(self.commands)
 
     def invoke(self, ctx: click.Context):
+        _names_out_as_bytes()
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo("\ninterrupted", err=True)
             ctx.exit(130)
+
+
+def _names_out_as_bytes() -> None:
+    """Print a file name's undecodable bytes as those bytes, as ls and find do.
+
+    Python reads such a name as lone surrogates (os.fsdecode); a strict UTF-8 stdout would
+    raise on them. With surrogateescape a path printed, or passed on by --paths0 | xargs -0,
+    is the file's real name.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="surrogateescape")
 
 
 @click.group(cls=WhereinGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -25,6 +25,7 @@ from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.catalog import CatalogReadOnly
 from wherein.schemas.errors import IndexError_, WhereinError
 from wherein.schemas.records import Hit
+from wherein.search.query import is_text
 
 RAW_TEMPLATE = "{}"
 
@@ -51,6 +52,8 @@ def parse_labels(labels: str | Sequence[str]) -> list[str]:
     for part in parts:
         for label in part.split(","):
             label = " ".join(label.split())
+            if not is_text(label):
+                raise LabelError(f"label {label!r}: not text (it holds bytes that are not UTF-8)")
             if label and label not in out:
                 out.append(label)
     if not out:
@@ -59,6 +62,8 @@ def parse_labels(labels: str | Sequence[str]) -> list[str]:
 
 
 def check_template(template: str) -> str:
+    if not is_text(template):
+        raise LabelError(f"template {template!r}: not text (it holds bytes that are not UTF-8)")
     try:
         filled = template.format("\0")
     except (IndexError, KeyError, ValueError):
