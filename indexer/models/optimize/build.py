@@ -137,6 +137,30 @@ def make_int8(source: Path, out: Path, log: Callable[[str], None]) -> dict:
     return done
 
 
+def _current(record: dict, source_sha: str, graph: Path, graph_sha: str | None) -> bool:
+    """A passed candidate built from this very source, unchanged on disk: nothing to redo."""
+    return bool(
+        record.get("passed")
+        and record.get("from_sha256") == source_sha
+        and graph.is_file()
+        and file_digest(graph) == graph_sha
+    )
+
+
+def _candidate(key: str, source: Path, log: Callable[[str], None]) -> tuple[Path, dict] | Outcome:
+    """Build the int8 candidate beside source: (its path, what was done), or why there is none."""
+    if not quantizer_available():
+        return Outcome(
+            key, "unavailable", "needs ai-edge-quantizer: pip install 'wherein[convert]'"
+        )
+    out = source.with_name(candidate_name(source))
+    log(f"{key}: {source.name} -> {out.name}")
+    try:
+        return out, make_int8(source, out, log)
+    except ModelError as exc:
+        return Outcome(key, "rejected", str(exc))
+
+
 def _signatures(graph) -> dict:
     return {
         s.key: {
@@ -194,27 +218,18 @@ def prepare_image(
     current = md.image_dir / str(manifest.get("file", "")) if manifest else None
     if (
         not force
-        and record.get("passed")
-        and record.get("from_sha256") == source_sha
         and manifest
         and current is not None
         and current.name == record.get("candidate")
-        and current.is_file()
-        and file_digest(current) == manifest.get("sha256")
+        and _current(record, source_sha, current, manifest.get("sha256"))
     ):
         return Outcome(
             key, "up to date", f"{current.name} is in use", current.name, record["figures"], record
         )
-    if not quantizer_available():
-        return Outcome(
-            key, "unavailable", "needs ai-edge-quantizer: pip install 'wherein[convert]'"
-        )
-    out = md.image_dir / candidate_name(source)
-    log(f"{key}: {source.name} -> {out.name}")
-    try:
-        done = make_int8(source, out, log)
-    except ModelError as exc:
-        return Outcome(key, "rejected", str(exc))
+    built = _candidate(key, source, log)
+    if isinstance(built, Outcome):
+        return built
+    out, done = built
     sample = samples()
     log(f"  verifying on {sample.origin}")
     try:
@@ -318,33 +333,25 @@ def optimize_clipseg(
     vision = manifest.get("vision", {})
     source_sha = file_digest(source)
     cand = d / str(vision.get("file", ""))
-    if (
-        not force
-        and vision.get("passed")
-        and vision.get("from_sha256") == source_sha
-        and cand.is_file()
-        and file_digest(cand) == vision.get("sha256")
-    ):
+    if not force and _current(vision, source_sha, cand, vision.get("sha256")):
         return Outcome(
             key, "up to date", f"{cand.name} is in use", cand.name, vision["figures"], vision
         )
-    if not quantizer_available():
-        return Outcome(
-            key, "unavailable", "needs ai-edge-quantizer: pip install 'wherein[convert]'"
-        )
-    out = d / candidate_name(source)
-    log(f"{key}: {source.name} -> {out.name}")
-    try:
-        done = make_int8(source, out, log)
-    except ModelError as exc:
-        return Outcome(key, "rejected", str(exc))
+    built = _candidate(key, source, log)
+    if isinstance(built, Outcome):
+        return built
+    out, done = built
     sample = samples()
     log(f"  verifying masks on {len(sample.prompts)} images of {sample.origin}")
     text, decoder = LiteRTGraph(d / TEXT_FILE), LiteRTGraph(d / DECODER_FILE)
     src_model = ClipSeg.from_parts(LiteRTGraph(source), text, decoder, d)
     cand_model = ClipSeg.from_parts(LiteRTGraph(out), text, decoder, d)
     n = len(sample.prompts)
-    figures = clipseg_figures(src_model, cand_model, sample.images[:n], sample.prompts)
+    try:
+        figures = clipseg_figures(src_model, cand_model, sample.images[:n], sample.prompts)
+    except Exception:
+        out.unlink(missing_ok=True)
+        raise
     passed = not figures["failed"]
     record = {
         "file": out.name,
