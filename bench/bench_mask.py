@@ -252,29 +252,35 @@ def bench_cli(work: Path, models: Path, photos: list[Path], k: int, reps: int) -
     env = {**os.environ, "WHEREIN_INDEX": str(index), "WHEREIN_MODELS": str(models)}
     if not (index / "catalog.db").exists():
         subprocess.run([*wherein, "index", str(photos[0].parent), "-q"], env=env, check=True)
-    walls = []
-    for i in range(reps):
-        out = work / f"cli-masks-{i}"
+
+    def run(args: list[str]) -> tuple[float, str]:
+        """Wall seconds and, on failure, the last line of stderr (the bench goes on)."""
         t = time.perf_counter()
-        r = subprocess.run(
-            [*wherein, "search", "red", "-k", str(k), "--mask", "--out", str(out), "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        walls.append(time.perf_counter() - t)
+        r = subprocess.run([*wherein, *args], env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t
         if r.returncode != 0:
-            raise SystemExit(r.stderr[-2000:])
-        hits = json.loads(r.stdout[r.stdout.index("[") :])
-        assert len(hits) == k and all(h["mask_path"] for h in hits), r.stdout[-500:]
-    t = time.perf_counter()
-    subprocess.run([*wherein, "search", "red", "-k", str(k), "--json"], env=env, check=True,
-                   capture_output=True)  # fmt: skip
-    plain = time.perf_counter() - t
+            return wall, (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        if "--mask" in args:
+            hits = json.loads(r.stdout[r.stdout.index("[") :])
+            assert len(hits) == k and all(h["mask_path"] for h in hits), r.stdout[-500:]
+        return wall, ""
+
+    masked, plain, failed = [], [], []
+    for i in range(reps):  # interleaved, so both see the same load
+        out = work / f"cli-masks-{i}"
+        for args, walls in (
+            (["search", "red", "-k", str(k), "--mask", "--out", str(out), "--json"], masked),
+            (["search", "red", "-k", str(k), "--json"], plain),
+        ):
+            wall, err = run(args)
+            (failed.append(f"{' '.join(args[:5])}: {err}") if err else walls.append(wall))
+    med = {n: f"{statistics.median(w):.2f} s" if w else "failed" for n, w in
+           (("masked", masked), ("plain", plain))}  # fmt: skip
     return [
         f"`wherein search red -k {k} --mask` as a fresh process (imports, CLIPSeg load, search, "
-        f"{k} masks): median {statistics.median(walls):.2f} s wall over {reps} "
-        f"(the same search without --mask: {plain:.2f} s).",
+        f"{k} masks): median {med['masked']} wall over {len(masked)} "
+        f"(the same search without --mask: {med['plain']}).",
+        *(f"Failed run: {f}" for f in failed),
         "",
     ]
 
