@@ -68,7 +68,13 @@ def pytest_collection_modifyitems(config, items):
     probes = {"convert": "litert_torch", "parity": "transformers", "scale": "ray"}
     import importlib.util
 
+    unit_dir = Path(__file__).parent / "unit"
     for item in items:
+        # Everything outside tests/unit runs the CLI, models or subprocesses end to end:
+        # `pytest -m "not slow"` is the quick, model-free part.
+        outside_unit = unit_dir not in Path(item.path).parents
+        if outside_unit or "standin_models" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
         for mark, module in probes.items():
             if mark in item.keywords and importlib.util.find_spec(module) is None:
                 item.add_marker(pytest.mark.skip(reason=f"needs the [{mark}] extra ({module})"))
