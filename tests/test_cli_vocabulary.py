@@ -245,7 +245,8 @@ def test_serve_on_the_default_port_taken_picks_a_free_one(indexed, monkeypatch):
     import uvicorn
 
     served = []
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets: served.extend(sockets))
+    # Keep a copy of the socket: serve's own closes when the command returns.
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append((kw, os.dup(kw["fd"]))))
     with socket.socket() as other:
         try:  # take the default port, unless someone already has it
             other.bind(("127.0.0.1", DEFAULT_PORT))
@@ -253,10 +254,10 @@ def test_serve_on_the_default_port_taken_picks_a_free_one(indexed, monkeypatch):
         except OSError:
             pass
         r = run("serve")
-    (sock,) = served
-    port = sock.getsockname()[1]
-    sock.close()
-    assert port != DEFAULT_PORT
+    ((kw, fd),) = served
+    with socket.socket(fileno=fd) as sock:  # the socket uvicorn would serve
+        port = sock.getsockname()[1]
+    assert port == kw["port"] != DEFAULT_PORT
     assert f"port {DEFAULT_PORT} is taken; using free port {port}" in r.output
     assert f"open http://127.0.0.1:{port} " in r.output
     assert "Errno" not in r.output

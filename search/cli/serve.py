@@ -135,5 +135,7 @@ def serve(index_dir, models_dir, host, port, raw):
         f"open http://{shown}:{port}  (Ctrl-C stops)",
         err=True,
     )
-    config = uvicorn.Config(app, log_level="warning", server_header=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    # fd: uvicorn serves the socket bound above (host/port only name it in its own logs).
+    uvicorn.run(
+        app, fd=sock.fileno(), host=host, port=port, log_level="warning", server_header=False
+    )
