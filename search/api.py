@@ -117,6 +117,11 @@ class Searcher:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def refresh(self) -> str:
+        """Catch up with commits made since the last search (a long-running reader's tick)."""
+        with self._lock:
+            return self.store.ensure_vectors(persist=False)
+
     # -- what the index holds --------------------------------------------------
     @property
     def count(self) -> int:

@@ -291,10 +291,10 @@ def test_thumbnails_are_made_once_and_cached_under_the_index(served):
     assert first.status_code == 200 and first.headers["x-wherein-cache"] == "miss"
     cached = served.index / "cache" / "thumbs" / f"{blue}-{hit['sha256'][:16]}.jpg"
     assert cached.is_file()
-    stamp = cached.stat().st_mtime_ns
+    inode = cached.stat().st_ino  # a re-made entry would be a new file renamed into place
     second = served.client.get(hit["thumb_url"])
     assert second.headers["x-wherein-cache"] == "hit" and second.content == first.content
-    assert cached.stat().st_mtime_ns == stamp
+    assert cached.stat().st_ino == inode
     img = Image.open(io.BytesIO(first.content))
     assert img.format == "JPEG" and img.size == (384, 160)  # 480x200 fitted into 384
     preview = served.get(f"/api/image/{blue}")

@@ -91,8 +91,15 @@ def listen(host: str, port: int, explicit: bool) -> socket.socket:
     help="Port (0: any free one). Unset and taken: any free one, said on stderr.",
 )
 @raw_option
+@click.option(
+    "--cache-mb",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Size limit of INDEX/cache (thumbnails, previews, masks); least recently used go "
+    "first [env WHEREIN_CACHE_MB; default: 512].",
+)
 @friendly_errors
-def serve(index_dir, models_dir, host, port, raw):
+def serve(index_dir, models_dir, host, port, raw, cache_mb):
     """Start a local web app over an index: search, browse, see where each match is.
 
     \b
@@ -123,6 +130,7 @@ def serve(index_dir, models_dir, host, port, raw):
             models_dir,
             template=None if raw else SIGLIP_PROMPT_TEMPLATE,
             allowed_hosts=None if loopback else ["*"],
+            cache_mb=cache_mb,
         )
     except BaseException:
         sock.close()

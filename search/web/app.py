@@ -16,7 +16,10 @@ schemas/api.*.schema.json and hit.schema.json, errors schemas/api.error.schema.j
 
 Images are addressed by catalog id only, and served only while the file is
 still the indexed content (see files.py). The app writes nothing outside
-INDEX/cache.
+INDEX/cache, which is kept under a size limit (cache_limit.py; 512 MB unless
+``cache_mb`` / WHEREIN_CACHE_MB say otherwise). Every error, a refused Host header
+included, is a JSON body ``{"error", "status"}``. Commits made by `wherein index`
+while the app runs show up in the next search, without a restart.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import logging
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,13 +41,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, Response
 from fastapi.responses import JSONResponse as _StarletteJSON
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from wherein.schemas.errors import IndexError_, ModelError, WhereinError
 from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import iso_time
 from wherein.search.web import schemas
+from wherein.search.web.cache_limit import CacheJanitor, cache_limit_bytes
 from wherein.search.web.files import FileChanged, IndexedFile, NotFound
 from wherein.search.web.masks import KINDS, MaskService, clean_prompt
 from wherein.search.web.thumbs import ResizedCache
@@ -84,7 +89,13 @@ IMAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
 class WebState:
     """What the request handlers share: one Searcher, a catalog connection, caches."""
 
-    def __init__(self, index_dir: Path, models_dir: Path | None, template: str | None) -> None:
+    def __init__(
+        self,
+        index_dir: Path,
+        models_dir: Path | None,
+        template: str | None,
+        cache_bytes: int | None = None,
+    ) -> None:
         from wherein.search.api import open_index
 
         self.searcher = open_index(index_dir, models_dir, template=template)
@@ -99,6 +110,9 @@ class WebState:
         )
         self.masks = MaskService(
             self.searcher.models.root, self.cache_dir / "masks" if writable else None
+        )
+        self.janitor = CacheJanitor(
+            self.cache_dir, cache_bytes if cache_bytes is not None else cache_limit_bytes()
         )
         self._folders: tuple[tuple, list[dict]] | None = None
 
@@ -145,15 +159,22 @@ def create_app(
     models_dir: str | Path | None = None,
     template: str | None = SIGLIP_PROMPT_TEMPLATE,
     allowed_hosts: list[str] | None = None,
+    cache_mb: float | None = None,
 ) -> FastAPI:
     """The app over one index (opened now: a missing index fails here, not on the first request).
 
     allowed_hosts: Host header values accepted; default the loopback names, which
     stops DNS-rebinding pages from reading the API. ["*"] accepts any.
+    cache_mb: size limit of INDEX/cache [env WHEREIN_CACHE_MB; default 512].
     """
     from wherein.indexer import paths as P
 
-    state = WebState(P.index_dir(index_dir), Path(models_dir) if models_dir else None, template)
+    state = WebState(
+        P.index_dir(index_dir),
+        Path(models_dir) if models_dir else None,
+        template,
+        cache_limit_bytes(cache_mb),
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -167,7 +188,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.wherein = state
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)
+    app.add_middleware(TrustedHosts, allowed=allowed_hosts or LOOPBACK_HOSTS)
 
     @app.middleware("http")
     async def security_headers(request, call_next):
@@ -200,6 +221,43 @@ class JSONResponse(_StarletteJSON):
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message, "status": status}, status_code=status)
+
+
+def host_name(header: str) -> str:
+    """The host part of a Host header: 'localhost:8765' -> 'localhost', '[::1]:8765' -> '[::1]'."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class TrustedHosts:
+    """Answer only requests whose Host header names an allowed host (else a JSON 400).
+
+    A DNS-rebinding page reaches 127.0.0.1 under its own host name; refusing that name
+    keeps it from reading the API. Starlette's TrustedHostMiddleware does the same with
+    a plain-text body, unlike every other error here (and cannot match "[::1]:port").
+    """
+
+    def __init__(self, app, allowed: list[str]) -> None:
+        self.app = app
+        self.any = "*" in allowed
+        self.allowed = {h.lower() for h in allowed}
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self.any or scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host = host_name(Headers(scope=scope).get("host", ""))
+        if host in self.allowed:
+            await self.app(scope, receive, send)
+            return
+        response = _error(
+            400,
+            f"host {host[:80]!r} is not served here: open the address `wherein serve` printed "
+            "(it answers loopback names only unless started with --host)",
+        )
+        await response(scope, receive, send)
 
 
 def _status_for(exc: WhereinError) -> int:
@@ -248,14 +306,37 @@ def _urls(f_id: int, sha: str | None) -> dict[str, str]:
     return {"thumb_url": f"/api/thumb/{f_id}{v}", "image_url": f"/api/image/{f_id}{v}"}
 
 
-def _image_response(result: tuple[Path | bytes, bool], media_type: str = "image/jpeg") -> Response:
-    body, hit = result
+def _image_response(
+    state: WebState,
+    make: Callable[[], tuple[Path | bytes, bool]],
+    media_type: str = "image/jpeg",
+) -> Response:
+    """A cached (or made-now) image; the cache's size limit applies after each new entry.
+
+    A cached file is read whole while pinned, so pruning never cuts a response short; if
+    it was pruned between lookup and read, it is made again.
+    """
+    for attempt in (1, 2):
+        body, hit = make()
+        if not isinstance(body, Path):
+            break
+        try:
+            with state.janitor.pinned(body):
+                data = body.read_bytes()
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+            continue
+        if hit:
+            state.janitor.used(body)
+        else:
+            state.janitor.added([p for p in body.parent.glob(body.name.split(".", 1)[0] + ".*")])
+        body = data
+        break
     headers = {
         "Cache-Control": "private, max-age=86400",
         "X-Wherein-Cache": "hit" if hit else "miss",
     }
-    if isinstance(body, Path):
-        return FileResponse(body, media_type=media_type, headers=headers)
     return Response(body, media_type=media_type, headers=headers)
 
 
@@ -272,6 +353,7 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
     def status() -> JSONResponse:
         from wherein.indexer.store.status import index_status
 
+        state.searcher.refresh()  # counts as of the latest commit, not the last search
         info = index_status(state.searcher.store)
         info.pop("skipped", None)  # can be long; `wherein status` lists them
         cache = state.cache_dir
@@ -288,6 +370,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
                 "previews": previews,
                 "masks": masks,
                 "bytes": _du(cache),
+                "limit_bytes": state.janitor.limit,
+                "pruned_files": state.janitor.pruned,
             },
             masks={
                 "vision_passes": state.masks.vision_passes,
@@ -380,11 +464,13 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
 
     @app.get("/api/thumb/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
     def thumb(image_id: ImageId) -> Response:
-        return _image_response(state.thumbs.get(state.indexed(image_id)))
+        f = state.indexed(image_id)
+        return _image_response(state, lambda: state.thumbs.get(f))
 
     @app.get("/api/image/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
     def image(image_id: ImageId) -> Response:
-        return _image_response(state.previews.get(state.indexed(image_id)))
+        f = state.indexed(image_id)
+        return _image_response(state, lambda: state.previews.get(f))
 
     @app.get(
         "/api/mask/{image_id}",
@@ -394,6 +480,9 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         f = state.indexed(image_id)
         p = clean_prompt(prompt)
         entry = state.masks.get(f, p)
+        made = [v for v in entry.files.values() if isinstance(v, Path)]
+        if made and not entry.summary.get("cached"):
+            state.janitor.added([made[0].with_name(made[0].name.split(".", 1)[0] + ".json"), *made])
         qs = f"?prompt={quote(p)}&v={f.sha256[:16]}"
         return JSONResponse(
             {
@@ -418,10 +507,13 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         kind: Literal["overlay", "mask"],
         prompt: Annotated[str, Query(max_length=1000)],
     ) -> Response:
-        entry = state.masks.get(state.indexed(image_id), clean_prompt(prompt))
-        return _image_response(
-            (entry.files[kind], bool(entry.summary.get("cached"))), KINDS[kind][1]
-        )
+        f, p = state.indexed(image_id), clean_prompt(prompt)
+
+        def make() -> tuple[Path | bytes, bool]:
+            entry = state.masks.get(f, p)
+            return entry.files[kind], bool(entry.summary.get("cached"))
+
+        return _image_response(state, make, KINDS[kind][1])
 
     @app.get("/api/folders")
     def folders() -> JSONResponse:

@@ -1,0 +1,164 @@
+"""The web app under pressure: a foreign Host header gets the same JSON error as every other
+refusal, and INDEX/cache stays under its size limit, dropping the least recently used
+entries and never a file that is being served."""
+
+from __future__ import annotations
+
+import os
+import threading
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+
+from wherein.search.cli import cli
+from wherein.search.web import schemas
+from wherein.search.web.app import create_app, host_name
+from wherein.search.web.cache_limit import CacheJanitor, cache_limit_bytes
+
+from conftest import draw_shape
+
+BASE = "http://127.0.0.1"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_web_app_is_part_of_the_base_install():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in project["dependencies"]}
+    assert {"fastapi", "uvicorn"} <= base
+
+
+# -- Host header ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def app_client(standin_models, tmp_path_factory):
+    root = tmp_path_factory.mktemp("limits")
+    for i, colour in enumerate(["red", "blue", "green", "yellow", "red", "blue"]):
+        draw_shape(root / "photos" / f"{i}-{colour}.png", colour, size=(640 + 8 * i, 480))
+    r = CliRunner().invoke(
+        cli,
+        ["index", str(root / "photos"), "--index", str(root / "index")]
+        + ["--models", str(standin_models), "-q"],
+    )
+    assert r.exit_code == 0, r.output
+    return root / "index", standin_models
+
+
+def test_foreign_host_is_a_json_400(app_client):
+    index, models = app_client
+    with TestClient(create_app(index, models), base_url=BASE) as client:
+        r = client.get("/api/search", params={"q": "red"}, headers={"host": "evil.example:8765"})
+        assert r.status_code == 400 and r.headers["content-type"] == "application/json"
+        body = r.json()
+        schemas.validator("api.error.schema.json").validate(body)
+        assert body["status"] == 400 and "evil.example" in body["error"]
+        for ok in ("127.0.0.1:8765", "localhost", "[::1]:8765", "LOCALHOST:1"):
+            assert client.get("/api/status", headers={"host": ok}).status_code == 200, ok
+
+
+@pytest.mark.parametrize(
+    "header, host",
+    [
+        ("localhost:8765", "localhost"),
+        ("[::1]:8765", "[::1]"),
+        ("[::1]", "[::1]"),
+        ("127.0.0.1", "127.0.0.1"),
+        ("Evil.Example", "evil.example"),
+        ("", ""),
+    ],
+)
+def test_host_name(header, host):
+    assert host_name(header) == host
+
+
+# -- the cache janitor ------------------------------------------------------------------------
+def entry(folder: Path, name: str, size: int, used_s: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / name
+    p.write_bytes(b"x" * size)
+    os.utime(p, ns=(used_s * 10**9, used_s * 10**9))
+    return p
+
+
+def test_prunes_least_recently_used_first(tmp_path):
+    thumbs = tmp_path / "thumbs"
+    files = [entry(thumbs, f"{i}-abc.jpg", 1000, used_s=1000 + i) for i in range(10)]
+    janitor = CacheJanitor(tmp_path, limit_bytes=5000)
+    janitor.used(files[0])  # the oldest, just used again: now the most recent
+    janitor.added([entry(thumbs, "new-abc.jpg", 1000, used_s=5000)])
+    kept = sorted(p.name for p in thumbs.iterdir())
+    # Back under 90% of the limit, deleting in order of last use: 1, 2, ..., 7; the two
+    # most recent old ones, the one used again and the new entry stay.
+    assert kept == ["0-abc.jpg", "8-abc.jpg", "9-abc.jpg", "new-abc.jpg"]
+    assert janitor.pruned == 7
+
+
+def test_never_deletes_a_file_being_served(tmp_path):
+    thumbs = tmp_path / "thumbs"
+    files = [entry(thumbs, f"{i}-abc.jpg", 1000, used_s=1000 + i) for i in range(6)]
+    janitor = CacheJanitor(tmp_path, limit_bytes=3000)
+    with janitor.pinned(files[0]), janitor.pinned(files[1]):
+        janitor.prune()
+        assert files[0].exists() and files[1].exists()  # the two oldest, but in use
+    assert not any(f.exists() for f in files[2:])  # the rest had to go instead
+    janitor.added([entry(thumbs, "6-abc.jpg", 1500, used_s=3000)])  # over the limit again
+    assert not files[0].exists() and files[1].exists()  # unpinned, the oldest goes first
+
+
+def test_mask_entry_goes_as_one_unit_json_first(tmp_path, monkeypatch):
+    folder = tmp_path / "masks" / "3-0123456789abcdef"
+    old = [entry(folder, f"red-aaaaaaaaaaaa.{s}", 400, 1000) for s in ("overlay.jpg", "mask.png")]
+    old.append(entry(folder, "red-aaaaaaaaaaaa.json", 200, 1000))
+    new = entry(folder, "blue-bbbbbbbbbbbb.json", 200, 3000)
+    entry(folder, "blue-bbbbbbbbbbbb.overlay.jpg", 400, 3000)
+    order: list[str] = []
+    real_unlink = Path.unlink
+
+    def unlink(self, missing_ok=False):
+        order.append(self.name)
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    CacheJanitor(tmp_path, limit_bytes=1000).prune()
+    assert order[0] == "red-aaaaaaaaaaaa.json" and len(order) == 3
+    assert not any(p.exists() for p in old) and new.exists()
+
+
+def test_limit_setting(monkeypatch):
+    monkeypatch.delenv("WHEREIN_CACHE_MB", raising=False)
+    assert cache_limit_bytes() == 512 * 1024 * 1024
+    monkeypatch.setenv("WHEREIN_CACHE_MB", "2")
+    assert cache_limit_bytes() == 2 * 1024 * 1024
+    assert cache_limit_bytes(0.5) == 512 * 1024
+
+
+# -- the app with a tiny cache, many clients ------------------------------------------------------
+@pytest.mark.slow
+def test_tiny_cache_under_concurrent_clients_never_fails(app_client):
+    index, models = app_client
+    limit = 60_000  # a few previews' worth: pruning runs all the time
+    with TestClient(create_app(index, models, cache_mb=limit / 2**20), base_url=BASE) as client:
+        hits = client.get("/api/search", params={"q": "red", "per_page": 50}).json()["hits"]
+        urls = [h[k] for h in hits for k in ("thumb_url", "image_url")]
+        urls += [f"/api/mask/{h['id']}/overlay?prompt=red" for h in hits[:2]]
+        errors: list[str] = []
+        lock = threading.Lock()
+
+        def fetch(url: str) -> None:
+            r = client.get(url)
+            if r.status_code != 200 or not r.content:
+                with lock:
+                    errors.append(f"{url}: {r.status_code} {r.text[:200]}")
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(fetch, urls * 6))
+        assert errors == []
+        cache = client.app.state.wherein.janitor
+        assert cache.pruned > 0
+        status = client.get("/api/status").json()
+        schemas.validator("api.status.schema.json").validate(status)
+        biggest = max(len(client.get(u).content) for u in urls)
+        cache.prune()
+        assert client.get("/api/status").json()["cache"]["bytes"] <= limit + biggest
