@@ -333,6 +333,8 @@ def main() -> None:
                 str(index),
                 "--yes",
                 "--no-self-test",  # random weights cannot pass a semantic test
+                "--min-speedup",  # measure the int8 tower even where it does not pay
+                "0",
                 "--only",
                 "siglip2-image",
                 "--only",

@@ -193,6 +193,24 @@ def test_a_candidate_that_misses_the_pass_marks_is_not_used(pulled, tmp_path, mo
     assert "correlation" in row["found"]
 
 
+@pytest.mark.convert
+@pytest.mark.slow
+def test_a_candidate_that_is_not_faster_is_not_used(pulled, tmp_path, monkeypatch):
+    from wherein.indexer.models.image_tower import ImageTower
+    from wherein.indexer.models.optimize import build as O
+
+    monkeypatch.setattr(O, "speed_matters", lambda md: True)  # stand-ins are not timed otherwise
+    monkeypatch.setattr(O, "MIN_SPEEDUP", 1e6)
+    r = _optimize(pulled, tmp_path / "no-index", "--only", "siglip2-image", "--json")
+    assert r.exit_code == 0, r.output
+    (image,) = json.loads(r.output[r.output.index("{") :])["optimized"]
+    assert image["status"] == "rejected" and "not faster on this CPU" in image["message"]
+    assert ImageTower.from_models(ModelDir(pulled)).path.name == IMAGE_GRAPH
+    r = _optimize(pulled, tmp_path / "no-index", "--only", "siglip2-image", "--min-speedup", "0")
+    assert r.exit_code == 0, r.output
+    assert ImageTower.from_models(ModelDir(pulled)).path.name != IMAGE_GRAPH
+
+
 def _negate_int8_weights(path: Path) -> None:
     """Corrupt a quantized graph the way a bad conversion would: every int8 weight flipped."""
     model = read_model(path)

@@ -78,10 +78,16 @@ def self_test_report(root: Path, fmt: str = "table") -> dict:
     show_default=True,
     help="Indexed images to verify the image tower on (top-10 agreement needs more than 10).",
 )
+@click.option(
+    "--min-speedup",
+    type=click.FloatRange(0),
+    default=None,
+    help="Switch only to graphs at least this much faster here [default: 1.25; 0: always].",
+)
 @click.option("--no-self-test", is_flag=True, help="Skip the semantic self-test at the end.")
 @json_option
 @friendly_errors
-def optimize(models_dir, index_dir, only, force, yes, count, no_self_test, fmt):
+def optimize(models_dir, index_dir, only, force, yes, count, min_speedup, no_self_test, fmt):
     """Faster graphs from the pulled models, each verified on your own photos before use.
 
     \b
@@ -106,7 +112,7 @@ def optimize(models_dir, index_dir, only, force, yes, count, no_self_test, fmt):
     outcomes, estimate = [], None
     samples = functools.cache(lambda: load_sample(index, count))
     if "siglip2-image" in parts:
-        out = O.prepare_image(md, samples, force, log)
+        out = O.prepare_image(md, samples, force, log, min_speedup)
         if out.status == "ready":
             estimate = O.reembed_estimate(samples(), out, len(os.sched_getaffinity(0)))
             _announce_switch(out, estimate, index, log)
@@ -123,7 +129,7 @@ def optimize(models_dir, index_dir, only, force, yes, count, no_self_test, fmt):
                 O.adopt_image(md, out)
         outcomes.append(out)
     if "clipseg" in parts:
-        outcomes.append(O.optimize_clipseg(md, samples, force, log))
+        outcomes.append(O.optimize_clipseg(md, samples, force, log, min_speedup))
     if "siglip2-text" in parts:
         outcomes.append(O.optimize_text(md, force, log))
     result = {

@@ -42,6 +42,25 @@ RECIPE = "widen fp16 constants to fp32, then dynamic-range int8 (FULLY_CONNECTED
 # What the LiteRT text tower gains, measured in bench/results/convert.md (full-size
 # ViT-B-16-SigLIP2 text tower, 2 cores): cold start of a query process, then per query.
 TEXT_GAIN = {"torch_cold_s": 9.96, "litert_cold_s": 0.37, "torch_ms": 155, "litert_ms": 68}
+# A switch must pay for itself (the image tower's costs a full re-embedding). Dynamic int8
+# is ~3x faster where the CPU has int8 dot-product instructions (AVX-512 VNNI / AVX-VNNI) and
+# about fp32 speed on AVX2-only CPUs (bench/results/optimize.md): measured, not assumed.
+MIN_SPEEDUP = 1.25
+
+
+def speed_matters(md: ModelDir) -> bool:
+    """Stand-in graphs are too small to time: their int8 overhead outweighs the arithmetic."""
+    return not md.is_standin
+
+
+def speed_failures(md: ModelDir, name: str, ms: dict, min_speedup: float | None) -> list[str]:
+    need = MIN_SPEEDUP if min_speedup is None else min_speedup
+    if speed_matters(md) and ms["candidate"] * need > ms["source"]:
+        return [
+            f"{name}: not faster on this CPU ({ms['source']:.0f} -> {ms['candidate']:.0f} "
+            f"ms/image; switching needs {need}x)"
+        ]
+    return []
 
 
 @dataclass
@@ -199,6 +218,7 @@ def prepare_image(
     samples: Callable[[], Sample],
     force: bool = False,
     log: Callable[[str], None] = print,
+    min_speedup: float | None = None,
 ) -> Outcome:
     """Build and verify an int8 image tower; nothing switches until adopt_image.
 
@@ -237,6 +257,7 @@ def prepare_image(
     except Exception:
         out.unlink(missing_ok=True)
         raise
+    figures["failed"] += speed_failures(md, "image tower", figures["ms_per_image"], min_speedup)
     record = {
         "from": source.name,
         "from_sha256": source_sha,
@@ -317,6 +338,7 @@ def optimize_clipseg(
     samples: Callable[[], Sample],
     force: bool = False,
     log: Callable[[str], None] = print,
+    min_speedup: float | None = None,
 ) -> Outcome:
     """Build, verify and (when it passes) switch to an int8 CLIPSeg vision graph."""
     from wherein.indexer.models.clipseg import DECODER_FILE, TEXT_FILE, VISION_FILE, ClipSeg
@@ -352,6 +374,7 @@ def optimize_clipseg(
     except Exception:
         out.unlink(missing_ok=True)
         raise
+    figures["failed"] += speed_failures(md, "CLIPSeg vision", figures["ms_per_image"], min_speedup)
     passed = not figures["failed"]
     record = {
         "file": out.name,
