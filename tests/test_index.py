@@ -284,7 +284,7 @@ def test_model_change_invalidates_vectors(env, shapes, tmp_path, monkeypatch):
 def test_missing_models_is_one_line_error(env, shapes, tmp_path):
     code, out = run_cli("index", str(shapes), "--models", str(tmp_path / "nowhere"))
     assert code == 1
-    assert [line for line in out.splitlines() if "locked" in line][0].startswith("Error:")
+    assert out.strip().startswith("Error:") and len(out.strip().splitlines()) == 1
     assert "models pull" in out
 
 

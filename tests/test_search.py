@@ -319,7 +319,7 @@ def test_missing_index_is_a_clear_error(env):
 def test_mask_hook_calls_the_masking_module(indexed, monkeypatch, tmp_path, validator):
     calls = []
 
-    def add_masks_to_hits(hits, prompt, out_dir, models_root, min_mask_area=None):
+    def add_masks_to_hits(hits, prompt, out_dir, models_root, min_mask_area=None, **_options):
         calls.append((prompt, out_dir, models_root, min_mask_area))
         return [h.replace(mask_path=str(out_dir / f"{h.id}.png"), mask_area=0.5) for h in hits[:1]]
 
