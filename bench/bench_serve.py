@@ -1,0 +1,263 @@
+"""Load-test `wherein serve` on loopback: many concurrent clients mixing searches,
+thumbnails, previews and masks; bounded in requests and in time.
+
+    .venv/bin/python bench/bench_serve.py --images 200 --clients 32 --requests 3000
+
+Builds a synthetic photo set and indexes it with the stand-in models (no model download),
+starts a real `wherein serve` process on 127.0.0.1 with a free port, then runs the
+clients (threads, one keep-alive connection each) until --requests are done or
+--seconds have passed. Every response must be a 200 with a body; any other outcome is
+counted as an error and listed. Prints latency percentiles per kind of request and
+writes the table to bench/results/serve.md when --write is given.
+
+Nothing here listens on anything but 127.0.0.1, and nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+COLOURS = ["red", "green", "blue", "yellow", "orange", "purple", "black", "white"]
+QUERIES = COLOURS + ["red - blue", "green + yellow", "blue:2 + white", "a purple square"]
+KINDS = ("search", "thumb", "preview", "mask", "mask_overlay")
+MIX = {"search": 0.25, "thumb": 0.45, "preview": 0.1, "mask": 0.1, "mask_overlay": 0.1}
+
+
+def make_photos(root: Path, n: int) -> None:
+    from wherein.indexer.models.standins.palette import rgb255
+
+    rng = random.Random(0)
+    for i in range(n):
+        w, h = rng.choice([(640, 480), (800, 600), (480, 640), (1024, 768)])
+        img = Image.new("RGB", (w, h), (240, 240, 240))
+        d = ImageDraw.Draw(img)
+        for _ in range(rng.randint(1, 3)):
+            x0, y0 = rng.randrange(w // 2), rng.randrange(h // 2)
+            box = (x0, y0, x0 + rng.randrange(w // 6, w // 2), y0 + rng.randrange(h // 6, h // 2))
+            (d.ellipse if rng.random() < 0.5 else d.rectangle)(
+                box, fill=rgb255(rng.choice(COLOURS))
+            )
+        noise = np.asarray(img, np.int16) + np.random.default_rng(i).integers(-8, 9, (h, w, 3))
+        Image.fromarray(np.clip(noise, 0, 255).astype(np.uint8)).save(
+            root / f"{i:05d}.jpg", quality=90
+        )
+
+
+def wherein(*args: str, **kw) -> list[str]:
+    return [sys.executable, "-m", "wherein.search.cli", *args]
+
+
+def start_server(index: Path, models: Path, cache_mb: float) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen(
+        wherein("serve", "--index", str(index), "--models", str(models), "--port", "0")
+        + ["--cache-mb", str(cache_mb)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            raise SystemExit(f"wherein serve exited with {proc.returncode}")
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep it drained
+            return proc, int(m.group(1))
+    raise SystemExit("wherein serve did not start within 120 s")
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+
+    def get(self, url: str) -> tuple[int, bytes]:
+        for attempt in (1, 2):
+            try:
+                self.conn.request("GET", url)
+                r = self.conn.getresponse()
+                return r.status, r.read()
+            except (http.client.HTTPException, ConnectionError):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def run_load(port: int, ids: list[int], clients: int, requests: int, seconds: float) -> dict:
+    latencies: dict[str, list[float]] = defaultdict(list)
+    errors: list[str] = []
+    lock = threading.Lock()
+    issued = 0
+    stop_at = time.monotonic() + seconds
+
+    def next_ticket() -> bool:
+        nonlocal issued
+        with lock:
+            if issued >= requests or time.monotonic() > stop_at:
+                return False
+            issued += 1
+            return True
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        client = Client(port)
+        while next_ticket():
+            kind = rng.choices(list(MIX), weights=list(MIX.values()))[0]
+            image_id = rng.choice(ids)
+            prompt = rng.choice(COLOURS)
+            url = {
+                "search": f"/api/search?q={rng.choice(QUERIES).replace(' ', '+')}"
+                f"&page={rng.randint(1, 3)}&per_page=48",
+                "thumb": f"/api/thumb/{image_id}",
+                "preview": f"/api/image/{image_id}",
+                "mask": f"/api/mask/{image_id}?prompt={prompt}",
+                "mask_overlay": f"/api/mask/{image_id}/overlay?prompt={prompt}",
+            }[kind]
+            t0 = time.perf_counter()
+            try:
+                status, body = client.get(url)
+            except Exception as exc:  # noqa: BLE001 - every failure is a counted error
+                status, body = -1, str(exc).encode()
+            dt = (time.perf_counter() - t0) * 1e3
+            with lock:
+                if status == 200 and body:
+                    latencies[kind].append(dt)
+                else:
+                    errors.append(f"{url}: {status} {body[:120]!r}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    return {"latencies": latencies, "errors": errors, "wall_s": wall}
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    a = np.array(values)
+    return {
+        "n": len(a),
+        "p50": float(np.percentile(a, 50)),
+        "p90": float(np.percentile(a, 90)),
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--images", type=int, default=200)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--requests", type=int, default=3000, help="stop after this many")
+    ap.add_argument("--seconds", type=float, default=300, help="stop after this long")
+    ap.add_argument("--cache-mb", type=float, default=512)
+    ap.add_argument("--write", action="store_true", help="write bench/results/serve.md")
+    args = ap.parse_args()
+
+    from wherein.indexer.models.standins import build_standin_models
+
+    work = Path(tempfile.mkdtemp(prefix="wherein-bench-serve-"))
+    server = None
+    try:
+        models = build_standin_models(work / "models")
+        photos, index = work / "photos", work / "index"
+        photos.mkdir()
+        make_photos(photos, args.images)
+        subprocess.run(
+            wherein("index", str(photos), "--index", str(index), "--models", str(models), "-q"),
+            check=True,
+        )
+        server, port = start_server(index, models, args.cache_mb)
+        warm = Client(port)
+        status, body = warm.get("/api/search?q=red&per_page=200")
+        assert status == 200, body[:200]
+        ids = [h["id"] for h in json.loads(body)["hits"]]
+        result = run_load(port, ids, args.clients, args.requests, args.seconds)
+        cache = json.loads(warm.get("/api/status")[1])["cache"]
+    finally:
+        if server is not None:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+    done = sum(len(v) for v in result["latencies"].values())
+    rows = []
+    for kind in KINDS:
+        if result["latencies"].get(kind):
+            p = percentiles(result["latencies"][kind])
+            rows.append(
+                f"| {kind} | {p['n']} | {p['p50']:.1f} | {p['p90']:.1f} | {p['p99']:.1f} | "
+                f"{p['max']:.1f} |"
+            )
+    command = (
+        f".venv/bin/python bench/bench_serve.py --images {args.images} --clients {args.clients} "
+        f"--requests {args.requests} --seconds {args.seconds:g} --cache-mb {args.cache_mb:g}"
+    )
+    load = os.getloadavg()[0]
+    report = "\n".join(
+        [
+            "# Web app load test (loopback)",
+            "",
+            f"Command: `{command}`",
+            f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other jobs "
+            f"(load average {load:.1f} at the end), Python {platform.python_version()}; "
+            "stand-in models.",
+            "",
+            f"{args.images} synthetic photos (640x480 to 1024x768 JPEGs), indexed, then one "
+            f"`wherein serve` process on 127.0.0.1 and {args.clients} client threads, one "
+            "keep-alive connection each, drawing requests at random: "
+            + ", ".join(f"{k} {v:.0%}" for k, v in MIX.items())
+            + ". Thumbnails, previews and masks start uncached, so early requests make them.",
+            "",
+            f"Requests: {done + len(result['errors'])} in {result['wall_s']:.1f} s "
+            f"({(done + len(result['errors'])) / result['wall_s']:.1f}/s); "
+            f"errors: {len(result['errors'])}. "
+            f"Cache at the end: {cache['bytes'] / 2**20:.1f} MB of "
+            f"{cache.get('limit_bytes', 0) / 2**20:.0f} MB, {cache.get('pruned_files', 0)} "
+            "files pruned.",
+            "",
+            "| request | n | p50 ms | p90 ms | p99 ms | max ms |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
+    print(report)
+    for e in result["errors"][:20]:
+        print("ERROR", e, file=sys.stderr)
+    if args.write:
+        out = Path(__file__).parent / "results" / "serve.md"
+        out.write_text(report)
+        print(f"wrote {out}", file=sys.stderr)
+    if result["errors"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
