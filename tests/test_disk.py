@@ -85,10 +85,13 @@ def leftovers(index: Path) -> list[str]:
 
 # -- a file-size limit (any user) -----------------------------------------------------------
 @pytest.mark.slow
-def test_commit_past_file_size_limit_fails_cleanly_and_resumes(env, photos):
+def test_commit_past_file_size_limit_fails_cleanly_and_resumes(env, photos, tmp_path):
     index = env["index"]
-    # Large enough for the first batches, too small for all of them.
-    failed = wherein("index", str(photos), "--index", str(index), "-q", fsize=250_000)
+    # A limit at 60% of the largest file a complete run writes: the first batches fit,
+    # not all of them (whatever the batch size and the catalog's layout).
+    index_json(photos, tmp_path / "whole")
+    largest = max(p.stat().st_size for p in (tmp_path / "whole").iterdir())
+    failed = wherein("index", str(photos), "--index", str(index), "-q", fsize=largest * 6 // 10)
     line = one_error_line(failed)
     assert failed.returncode == 1 and "cannot write" in line and "run again" in line, line
 

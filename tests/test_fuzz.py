@@ -367,5 +367,5 @@ def test_non_utf8_file_name_prints_as_its_bytes(env, tmp_path):
     found = run("search", "red", "--paths0")
     assert found.returncode == 0 and b"Traceback" not in found.stderr, found.stderr
     assert name + b"\0" in found.stdout  # the file's own bytes, usable by xargs -0
-    table = run("search", "red")
-    assert table.returncode == 0 and name in table.stdout, table.stderr
+    table = run("search", "red")  # for people: shown readably, but shown
+    assert table.returncode == 0 and b"caf" in table.stdout, table.stderr
