@@ -2,7 +2,9 @@
 
 ``Hit`` is one search result. Its JSON form (``Hit.to_dict()``) is described by
 ``schemas/hit.schema.json``: every output format (``--json``, ``--nl``, ``--csv``)
-carries the same fields. The mask fields are filled in by
+carries the same fields. The photo fields (``taken``, ``taken_source``, ``camera``,
+``lens``, ``gps``) come from the catalog's EXIF table; ``taken`` falls back to
+the file's mtime when a photo has no EXIF date. The mask fields are filled in by
 ``wherein.search.localize.masking.add_masks_to_hits`` when a search asks for masks; they
 are left out of the JSON form while unset. ``extra`` holds fields added by later
 features that are not declared here yet: they are merged into the JSON form.
@@ -34,6 +36,11 @@ HIT_CORE_FIELDS = (
     "sha256",
     "format",
     "exists",
+    "taken",
+    "taken_source",
+    "camera",
+    "lens",
+    "gps",
 )
 # Present only when set (masks).
 HIT_MASK_FIELDS = ("mask_path", "overlay_path", "bbox", "mask_area", "mask_score")
@@ -45,6 +52,41 @@ def iso_time(mtime_ns: int | None) -> str | None:
         return None
     t = datetime.fromtimestamp(mtime_ns / 1e9, tz=UTC)
     return t.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def taken_fields(row: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(taken, taken_source, sort key) of a catalog row.
+
+    EXIF: the camera's local time, with its UTC offset when the camera recorded
+    one ("2024-06-15T14:03:22+02:00", else "2024-06-15T14:03:22"). No EXIF date:
+    the file's mtime in this machine's time zone, with that offset. The sort key
+    is the local wall-clock time "YYYY-MM-DD HH:MM:SS" either way (what --taken
+    filters on).
+    """
+    taken = row.get("taken")
+    if taken:
+        offset = row.get("taken_offset") or ""
+        return taken.replace(" ", "T") + offset, "exif", taken
+    mtime_ns = row.get("mtime_ns")
+    if mtime_ns is None:
+        return None, None, None
+    local = datetime.fromtimestamp(mtime_ns // 1_000_000_000).astimezone()
+    return local.isoformat(timespec="seconds"), "mtime", local.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def camera_of(row: dict[str, Any]) -> str | None:
+    """'Canon' + 'Canon EOS R5' -> 'Canon EOS R5'; 'SONY' + 'ILCE-7M3' -> 'SONY ILCE-7M3'."""
+    make, model = row.get("make"), row.get("model")
+    if not model:
+        return make or None
+    if not make or model.lower().startswith(make.split()[0].lower()):
+        return model
+    return f"{make} {model}"
+
+
+def gps_of(row: dict[str, Any]) -> dict[str, float] | None:
+    lat, lon = row.get("lat"), row.get("lon")
+    return None if lat is None or lon is None else {"lat": lat, "lon": lon}
 
 
 @dataclass
@@ -71,7 +113,14 @@ class Hit:
     sha256: str | None = None
     format: str | None = None
     exists: bool = True
+    # -- photo metadata (EXIF) -------------------------------------------
+    taken: str | None = None  # ISO 8601 local time (+offset when known)
+    taken_source: str | None = None  # "exif" or "mtime"
+    camera: str | None = None
+    lens: str | None = None
+    gps: dict[str, float] | None = None  # {"lat": ..., "lon": ...}
     mtime_ns: int | None = field(default=None, repr=False)  # for sorting; not in the JSON form
+    taken_key: str | None = field(default=None, repr=False)  # local "YYYY-MM-DD HH:MM:SS"
     # -- masks ---------------------------------------------------------
     mask_path: str | None = None
     overlay_path: str | None = None
@@ -91,6 +140,7 @@ class Hit:
         extra: dict[str, Any] | None = None,
     ) -> Hit:
         """A Hit from a catalog row (``Catalog.rows_by_ids``)."""
+        taken, source, key = taken_fields(row)
         return cls(
             rank=rank,
             path=row["path"],
@@ -105,7 +155,13 @@ class Hit:
             sha256=row["sha256"],
             format=row["format"],
             exists=os.path.exists(row["path"]) if check_exists else True,
+            taken=taken,
+            taken_source=source,
+            camera=camera_of(row),
+            lens=row.get("lens"),
+            gps=gps_of(row),
             mtime_ns=row["mtime_ns"],
+            taken_key=key,
             extra=dict(extra or {}),
         )
 

@@ -21,9 +21,14 @@ what ``score``/``probability`` mean) or a query string. Selection:
   patterns (a pattern without "/" matches the file name, one with "/" the
   path; case-insensitive). They become a FAISS IDSelector, so a filtered
   search still returns k hits when k images match;
-- ``sort``: "score" (default), "date" (newest first), "path", "size"
-  (largest first), applied after the cut; ``reverse`` flips it. ``rank`` stays
-  the relevance rank.
+- ``taken`` / ``camera`` / ``near``: photo metadata filters, through the same
+  selector: a range of local dates ("2024-06-01..2024-08-31", open ends
+  allowed; EXIF date, else the file's mtime), a substring of the camera make
+  and model, a point and radius ("48.85,2.29,5" = 5 km; GPS in EXIF). See
+  wherein.search.photofilter;
+- ``sort``: "score" (default), "date" (newest file first), "taken" (newest
+  photo first), "path", "size" (largest first), applied after the cut;
+  ``reverse`` flips it. ``rank`` stays the relevance rank.
 
 Scores are exact: candidates from an approximate (IVF-SQ8) index are re-scored
 against the catalog's float32 vectors. Hits whose file is gone carry
@@ -56,6 +61,7 @@ from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.errors import IndexError_, ModelError
 from wherein.schemas.models import SIGLIP_IMAGE_SIZE, SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import Hit
+from wherein.search.photofilter import Near, PhotoFilter, TakenRange
 from wherein.search.query import SORT_KEYS, Query, QueryError, Term
 
 __all__ = [
@@ -250,8 +256,12 @@ class Searcher:
         sort: str = "score",
         reverse: bool = False,
         check_exists: bool = True,
+        taken: str | TakenRange | None = None,
+        camera: str | None = None,
+        near: str | Near | tuple | None = None,
     ) -> list[Hit]:
         """Hits for a query; see the module docstring for the selection rules."""
+        photo = PhotoFilter.parse(taken, camera, near)
         if sort not in SORT_KEYS:
             raise QueryError(f"unknown sort key {sort!r} (choose from {', '.join(SORT_KEYS)})")
         if k is not None and k < 1:
@@ -288,6 +298,8 @@ class Searcher:
             allowed = self._filter_ids(under, glob)
             if allowed is not None and not len(allowed):
                 self.last_warnings = self._empty_folders(under)
+            if photo is not None:
+                allowed = photo.ids(self.store.catalog, allowed)
             ids = self._candidates(qv, k, min_probability, min_score, allowed)
             t2 = time.perf_counter()
             hits = self._join(qv, ids, k, min_probability, min_score, check_exists)
@@ -402,7 +414,7 @@ class Searcher:
         )
         if limit is not None:
             order = order[:limit]
-        rows = cat.rows_by_ids(got[order])
+        rows = cat.hit_rows(got[order])
         hits: list[Hit] = []
         for i in order:
             row = rows.get(int(got[i]))
@@ -489,6 +501,11 @@ def _sort(hits: list[Hit], key: str, reverse: bool) -> None:
         hits.sort(key=lambda h: h.rank, reverse=reverse)
     elif key == "date":
         hits.sort(key=lambda h: (-(h.mtime_ns or 0), h.rank), reverse=reverse)
+    elif key == "taken":  # newest photo first; equal times keep the relevance order
+        hits.sort(key=lambda h: h.rank)
+        hits.sort(key=lambda h: h.taken_key or "", reverse=True)
+        if reverse:
+            hits.reverse()
     elif key == "path":
         hits.sort(key=lambda h: h.path, reverse=reverse)
     elif key == "size":

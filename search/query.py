@@ -42,7 +42,7 @@ class QueryError(WhereinError):
 
 # Orders of the hits after the cut (api.Searcher.search). Here, not in api, so the CLI
 # can offer them without importing numpy/faiss.
-SORT_KEYS = ("score", "date", "path", "size")
+SORT_KEYS = ("score", "date", "taken", "path", "size")
 
 
 _WEIGHT = re.compile(r"^(?P<body>.*?):(?P<w>[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)$", re.S)

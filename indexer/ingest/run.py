@@ -23,6 +23,7 @@ from wherein.indexer.ingest.plan import Kind, Known, Plan, SkipEntry, Work, plan
 from wherein.indexer.ingest.read import Unsettled, load_file
 from wherein.indexer.ingest.walk import WalkProblem, walk
 from wherein.indexer.models.image_tower import ImageTower
+from wherein.indexer.photometa import fill_photos
 from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import IndexStore
 
@@ -39,6 +40,7 @@ class RunStats:
     skipped: int = 0
     skipped_known: int = 0
     unsettled: int = 0  # changed while being read: left for the next run
+    photos: int = 0  # images whose EXIF metadata was read (new, changed, or backfilled)
     invalidated: int = 0
     seconds: float = 0.0
     interrupted: bool = False
@@ -167,6 +169,9 @@ class Indexer:
         try:
             run_pipeline(p.todo, r.load, r.route, r.commit, self.tower, self.workers, self.policy)
             stats.deleted = finish(cat, p, r.claimed)
+            # EXIF of what this run added or changed, and of rows indexed before the photos
+            # table existed: headers only, nothing re-embedded.
+            stats.photos = fill_photos(cat, self.workers)
         except KeyboardInterrupt:
             stats.interrupted = True
         finally:

@@ -144,7 +144,39 @@ def m002_paths_as_bytes(db: sqlite_utils.Database) -> None:
     _set_version(db, 2)
 
 
-SCHEMA_VERSION = 2  # the number of the last step above
+# Photo metadata from EXIF, one row per image, read from the file state (size, mtime)
+# it records: a row whose image changed since is read again. Images without EXIF get
+# a row of NULLs, so they are not read on every run.
+_PHOTOS = """
+CREATE TABLE IF NOT EXISTS photos (
+    image_id INTEGER PRIMARY KEY REFERENCES images(id) ON DELETE CASCADE,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    taken TEXT,            -- 'YYYY-MM-DD HH:MM:SS': EXIF DateTimeOriginal, camera local time
+    taken_offset TEXT,     -- '+02:00' (OffsetTimeOriginal) when the camera wrote it
+    make TEXT,
+    model TEXT,
+    lens TEXT,
+    lat REAL,              -- WGS 84 decimal degrees
+    lon REAL,
+    orientation INTEGER    -- EXIF 1-8
+);
+CREATE INDEX IF NOT EXISTS photos_taken ON photos(taken);
+CREATE INDEX IF NOT EXISTS photos_lat ON photos(lat) WHERE lat IS NOT NULL;
+"""
+
+
+@MIGRATIONS()
+def m003_photos(db: sqlite_utils.Database) -> None:
+    """The photos table (EXIF metadata). Empty at first: the next index run fills it from
+    the files' headers, without re-embedding anything."""
+    for statement in _PHOTOS.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    _set_version(db, 3)
+
+
+SCHEMA_VERSION = 3  # the number of the last step above
 
 
 def pending(db: sqlite_utils.Database) -> list[str]:

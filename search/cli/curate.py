@@ -173,6 +173,9 @@ def select(
     k,
     under,
     glob,
+    taken,
+    camera,
+    near,
     raw,
     copy_to,
     link_to,
@@ -216,7 +219,17 @@ def select(
         index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
     ) as searcher:
         standin_banner(searcher.models, fmt)
-        hits = S.select(searcher, q, min_probability, k, under=list(under), glob=list(glob))
+        hits = S.select(
+            searcher,
+            q,
+            min_probability,
+            k,
+            under=list(under),
+            glob=list(glob),
+            taken=taken,
+            camera=camera,
+            near=near,
+        )
         for warning in searcher.last_warnings:
             click.echo(f"warning: {warning}", err=True)
         models_root = searcher.models.root

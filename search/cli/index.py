@@ -133,6 +133,7 @@ def _report(stats, total: int, fmt: str | None) -> None:
         "problems": [{"path": p.path, "reason": p.reason} for p in stats.problems],
         "bad_roots": [p.path for p in stats.bad_roots],
         "changed_during_read": stats.unsettled,
+        "photo_metadata_read": stats.photos,
     }
     if fmt == "json":
         echo_json(result)

@@ -145,7 +145,27 @@ def raw_option(f: Callable) -> Callable:
 
 
 def filter_options(f: Callable) -> Callable:
-    """``--under`` and ``--glob``: restrict to some folders / path patterns."""
+    """``--under``, ``--glob``, ``--taken``, ``--camera``, ``--near``: restrict to some
+    folders, path patterns, dates, cameras, places (before the top-k cut)."""
+    f = click.option(
+        "--near",
+        metavar="LAT,LON[,KM]",
+        default=None,
+        help="Only photos whose GPS position is within KM (default 10) of LAT,LON.",
+    )(f)
+    f = click.option(
+        "--camera",
+        metavar="TEXT",
+        default=None,
+        help="Only photos whose EXIF camera make and model contain TEXT (case-insensitive).",
+    )(f)
+    f = click.option(
+        "--taken",
+        metavar="FROM..TO",
+        default=None,
+        help="Only photos taken in this range of local dates, e.g. 2024-06-01..2024-08-31, "
+        "2024-06, ..2023 (EXIF date, else the file's mtime).",
+    )(f)
     f = click.option(
         "--glob",
         "glob",

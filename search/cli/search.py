@@ -70,7 +70,8 @@ def register(cli: click.Group) -> None:
     type=click.Choice(SORT_KEYS),
     default="score",
     show_default=True,
-    help="Order of the hits after the cut: date = newest first, size = largest first.",
+    help="Order of the hits after the cut: date = newest file, taken = newest photo "
+    "(EXIF date), size = largest first.",
 )
 @click.option("--reverse", is_flag=True, help="Reverse the sort order.")
 @raw_option
@@ -134,6 +135,9 @@ def search(
     unlike,
     under,
     glob,
+    taken,
+    camera,
+    near,
     sort,
     reverse,
     raw,
@@ -157,6 +161,7 @@ def search(
       wherein search "sunset:2" + sea --like ref.jpg -k 20
       wherein search dog --min-probability 0.3 --under ~/Photos --sort date --json
       wherein search dog -p 0.5 --mask --export dogs.coco.json
+      wherein search beach --taken 2024-06..2024-08 --near 43.7,7.26,20 --sort taken
     """
     from wherein.indexer import paths as P
     from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
@@ -187,6 +192,9 @@ def search(
             glob=list(glob),
             sort=sort,
             reverse=reverse,
+            taken=taken,
+            camera=camera,
+            near=near,
         )
         models_root = searcher.models.root
         for warning in searcher.last_warnings:

@@ -173,7 +173,7 @@ def _describe(
     cat, ids: list[int], pairs: dict[tuple[int, int], float]
 ) -> list[tuple[dict, float, str]]:
     """[(row, cosine with keeper, 'keeper' | 'exact' | 'near')], keeper first, then by cosine."""
-    rows = cat.rows_by_ids(ids)
+    rows = cat.hit_rows(ids)
     present = [rows[i] for i in ids if i in rows]
     if not present:
         return []

@@ -137,7 +137,7 @@ def read_labels(
 
 def label_hits(catalog, run: LabelRun) -> list[Hit]:
     """One hit per image, by path: probability/score of its best label, all labels in extra."""
-    rows = catalog.rows_by_ids(run.ids)
+    rows = catalog.hit_rows(run.ids)
     order = sorted(
         (i for i in range(len(run.ids)) if int(run.ids[i]) in rows),
         key=lambda i: rows[int(run.ids[i])]["path"],

@@ -57,10 +57,22 @@ def select(
     under=None,
     glob=None,
     sort: str = "score",
+    taken=None,
+    camera=None,
+    near=None,
 ) -> list[Hit]:
-    """Every indexed image whose calibrated probability for query is >= min_probability (best first)."""
+    """Every indexed image whose calibrated probability for query is >= min_probability (best
+    first); under/glob/taken/camera/near restrict it as in Searcher.search."""
     return searcher.search(
-        query, k=limit, min_probability=min_probability, under=under, glob=glob, sort=sort
+        query,
+        k=limit,
+        min_probability=min_probability,
+        under=under,
+        glob=glob,
+        sort=sort,
+        taken=taken,
+        camera=camera,
+        near=near,
     )
 
 

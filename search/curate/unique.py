@@ -46,7 +46,7 @@ def unique_hits(store, k: int = 10, top: int | None = 20) -> list[Hit]:
     order = np.lexsort((ids, -u))  # most unique first, ties by id
     if top is not None:
         order = order[:top]
-    rows = store.catalog.rows_by_ids(ids[order])
+    rows = store.catalog.hit_rows(ids[order])
     hits: list[Hit] = []
     for i in order:
         row = rows.get(int(ids[i]))

@@ -7,7 +7,7 @@ API (all GET, all read-only apart from INDEX/cache; JSON bodies follow
 schemas/api.*.schema.json and hit.schema.json, errors schemas/api.error.schema.json):
 
 - /api/status                      index counts, models, caches
-- /api/search?q=&like=&unlike=&min_probability=&under=&sort=&page=&per_page=
+- /api/search?q=&like=&unlike=&min_probability=&under=&taken=&camera=&near=&sort=&page=&per_page=
 - /api/hit/{id}                    one indexed image's catalog record
 - /api/thumb/{id}, /api/image/{id} JPEG thumbnail / large preview (cached)
 - /api/mask/{id}?prompt=           CLIPSeg mask summary (bbox, area, score) + URLs
@@ -393,7 +393,16 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         ] = [],  # noqa: B006
         min_probability: Annotated[float | None, Query(gt=0, lt=1)] = None,
         under: Annotated[str | None, Query(max_length=4096, description="Absolute folder")] = None,
-        sort: Literal["score", "date", "path", "size"] = "score",
+        taken: Annotated[
+            str | None, Query(max_length=100, description="Dates FROM..TO, e.g. 2024-06..2024-08")
+        ] = None,
+        camera: Annotated[
+            str | None, Query(max_length=200, description="Part of the EXIF camera make/model")
+        ] = None,
+        near: Annotated[
+            str | None, Query(max_length=100, description="LAT,LON[,KM] (GPS, default 10 km)")
+        ] = None,
+        sort: Literal["score", "date", "taken", "path", "size"] = "score",
         page: Annotated[int, Query(ge=1)] = 1,
         per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = 48,
     ) -> JSONResponse:
@@ -421,7 +430,14 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
             else min(-(-(end + 1) // PAGE_BLOCK) * PAGE_BLOCK, MAX_RESULTS + 1)
         )
         hits = state.searcher.search(
-            query, k=k, min_probability=min_probability, under=under, sort=sort
+            query,
+            k=k,
+            min_probability=min_probability,
+            under=under,
+            sort=sort,
+            taken=taken,
+            camera=camera,
+            near=near,
         )
         total = len(hits) if min_probability is not None else None
         chunk = hits[end - per_page : end]
