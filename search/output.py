@@ -29,7 +29,7 @@ FORMATS = ("table", "json", "nl", "csv", "paths", "paths0")
 _INT_FIELDS = {"rank", "width", "height", "id", "size"}
 _FLOAT_FIELDS = {"score", "probability", "mask_area", "mask_score"}
 _BOOL_FIELDS = {"exists"}
-_JSON_FIELDS = {"bbox"}
+_JSON_FIELDS = {"bbox", "gps"}
 
 
 def render(hits: Sequence[Hit], fmt: str) -> str:

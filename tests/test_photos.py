@@ -229,6 +229,16 @@ def test_filters_cut_before_top_k(photos):
     assert sorted(names(near)) == ["nye.jpg", "xmas.jpg"]
 
 
+def test_csv_round_trips_the_photo_fields(photos):
+    from wherein.search.output import read_csv
+
+    as_json = hits_json("red", "-k", "20")
+    back = read_csv(run("search", "red", "-k", "20", "--csv").stdout)
+    fields = ("taken", "taken_source", "camera", "gps")
+    assert [{k: h[k] for k in fields} for h in back] == [{k: h[k] for k in fields} for h in as_json]
+    assert any(h["gps"] for h in back)
+
+
 def test_taken_ranges_camera_and_near(photos):
     summer = names(hits_json("red", "-k", "20", "--taken", "2024-06-01..2024-08-31"))
     assert sorted(summer) == ["august.jpg", "louvre.jpg", "paris.jpg"]  # Aug 31 included, Sep 1 not
