@@ -12,6 +12,7 @@ features that are not declared here yet: they are merged into the JSON form.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -44,6 +45,20 @@ HIT_CORE_FIELDS = (
 )
 # Present only when set (masks).
 HIT_MASK_FIELDS = ("mask_path", "overlay_path", "bbox", "mask_area", "mask_score")
+
+
+def path_b64(path: str) -> str | None:
+    """Base64 of a path's bytes when they are not valid UTF-8, else None.
+
+    Paths arrive as Python gives them (``os.fsdecode``: undecodable bytes become lone
+    surrogates), so ``os.fsencode`` gives back the name's exact bytes.
+    """
+    raw = os.fsencode(path)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii")
+    return None
 
 
 def iso_time(mtime_ns: int | None) -> str | None:
@@ -173,6 +188,12 @@ class Hit:
             if value is not None:
                 out[name] = value
         out.update(self.extra)
+        lossless = path_b64(self.path)
+        if lossless is not None:
+            # JSON text must be valid Unicode: a readable path (U+FFFD for the bad bytes)
+            # plus the exact bytes, so that no consumer gets a name it cannot open.
+            out["path"] = os.fsencode(self.path).decode("utf-8", "replace")
+            out["path_b64"] = lossless
         return out
 
     def replace(self, **changes: Any) -> Hit:

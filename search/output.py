@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Sequence
 
 from wherein.schemas.records import HIT_CORE_FIELDS, HIT_MASK_FIELDS, Hit
@@ -118,11 +119,11 @@ def to_table(hits: Sequence[Hit]) -> str:
             "prob": h.probability,
             "score": h.score,
             "pixels": f"{h.width}x{h.height}" if h.width and h.height else "",
-            "path": h.path + ("" if h.exists else "  [missing]"),
+            "path": printable(h.path) + ("" if h.exists else "  [missing]"),
         }
         if has_mask:
             row["mask"] = h.mask_area
-            row["mask_path"] = h.mask_path or ""
+            row["mask_path"] = printable(h.mask_path or "")
         rows.append(row)
     cols = ["rank", "prob", "score", "pixels", "path"] + (["mask", "mask_path"] if has_mask else [])
     return table(rows, cols)
@@ -154,6 +155,23 @@ def _cell(v) -> str:
     return str(v)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)} | {
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0D: "\\r",
+}
+
+
+def printable(path: str) -> str:
+    """A path safe for one table cell: control characters and undecodable bytes escaped.
+
+    A file name may hold a newline or an escape sequence; printed raw it would break
+    the table's lines or drive the terminal. Undecodable bytes show as ``\\xNN``.
+    """
+    text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return text.translate(_CONTROL)
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1024 or unit == "TB":
@@ -167,6 +185,7 @@ __all__ = [
     "HIT_MASK_FIELDS",
     "csv_columns",
     "human_bytes",
+    "printable",
     "read_csv",
     "render",
     "table",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import unicodedata
@@ -45,8 +46,12 @@ def test_odd_names_are_indexed_once_and_then_unchanged(env, tmp_path):
     assert status.exit_code == 0, status.output
 
     # Search and the web app hand such a name on instead of failing on it.
+    # JSON text carries a readable path and the exact bytes (schemas/hit.schema.json).
+    exact = base64.b64encode(os.fsencode(latin1)).decode()
+    readable = os.fsencode(latin1).decode("utf-8", "replace")
     hits = CliRunner().invoke(cli, ["search", "red", "--json", "-k", "3"])
-    assert hits.exit_code == 0 and json.loads(hits.output)[0]["path"] == latin1
+    top = json.loads(hits.output)[0]
+    assert hits.exit_code == 0 and (top["path"], top["path_b64"]) == (readable, exact)
     from fastapi.testclient import TestClient
 
     from wherein.search.web.app import create_app
@@ -54,4 +59,7 @@ def test_odd_names_are_indexed_once_and_then_unchanged(env, tmp_path):
     app = create_app(env["index"], env["models"])
     with TestClient(app, base_url="http://127.0.0.1") as client:
         res = client.get("/api/search", params={"q": "red"})
-        assert res.status_code == 200 and res.json()["hits"][0]["path"] == latin1
+        top = res.json()["hits"][0]
+        assert res.status_code == 200 and (top["path"], top["path_b64"]) == (readable, exact)
+        image = client.get(f"/api/image/{top['id']}")
+        assert image.status_code == 200 and image.headers["content-type"].startswith("image/")
