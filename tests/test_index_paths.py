@@ -17,7 +17,7 @@ from conftest import draw_shape
 
 
 def index_json(*args: str) -> dict:
-    res = CliRunner().invoke(cli, ["index", *args, "--json"], catch_exceptions=False)
+    res = CliRunner().invoke(cli, ["index", "--json", *args], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     return json.loads(res.output[res.output.index("{") :])
 
@@ -63,3 +63,45 @@ def test_odd_names_are_indexed_once_and_then_unchanged(env, tmp_path):
         assert res.status_code == 200 and (top["path"], top["path_b64"]) == (readable, exact)
         image = client.get(f"/api/image/{top['id']}")
         assert image.status_code == 200 and image.headers["content-type"].startswith("image/")
+
+
+def test_shell_hostile_names_round_trip(env, tmp_path):
+    """Newline, tab, a leading dash, a 255-byte name and 40 nested folders: indexed once,
+    found by search with the exact name, and moves and deletions seen by the next run."""
+    root = tmp_path / "photos"
+    deep = root.joinpath(*[f"d{i:02d}" for i in range(40)])
+    names = {
+        root / "line\nbreak.png": "red",
+        root / "tab\there.png": "blue",
+        root / "-rf.png": "green",
+        root / ("a" * 251 + ".png"): "yellow",
+        deep / "deep.png": "red",
+    }
+    assert len(os.fsencode("a" * 251 + ".png")) == 255
+    for path, colour in names.items():
+        draw_shape(path, colour)
+    wanted = {str(p) for p in names}
+
+    first = index_json("--", str(root))
+    assert first["embedded"] == 5 and first["skipped"] == 0, first
+    second = index_json("--", str(root))
+    assert second["unchanged"] == 5 and second["embedded"] == 0, second
+
+    def found() -> tuple[set[str], set[bytes]]:
+        hits = CliRunner().invoke(cli, ["search", "red", "--json", "-k", "50"])
+        assert hits.exit_code == 0, hits.output
+        paths0 = CliRunner().invoke(cli, ["search", "red", "--paths0", "-k", "50"])
+        assert paths0.exit_code == 0, paths0.output
+        chunks = paths0.stdout_bytes.split(b"\0")
+        assert chunks[-1] == b""
+        return {h["path"] for h in json.loads(hits.output)}, set(chunks[:-1])
+
+    assert found() == (wanted, {os.fsencode(p) for p in wanted})
+
+    moved_from, moved_to = root / "-rf.png", root / "new\nline -x.png"
+    os.rename(moved_from, moved_to)
+    (root / "tab\there.png").unlink()
+    third = index_json("--", str(root))
+    assert (third["moved"], third["deleted"], third["embedded"]) == (1, 1, 0), third
+    wanted = (wanted - {str(moved_from), str(root / "tab\there.png")}) | {str(moved_to)}
+    assert found() == (wanted, {os.fsencode(p) for p in wanted})
