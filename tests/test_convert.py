@@ -148,20 +148,30 @@ def test_int8_small_tower_within_one_percent(tmp_path, small_fp32):
     assert _verify(tmp_path).exit_code == 0
 
 
-def test_offline_real_weights_give_one_line_error(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+@pytest.mark.parametrize(
+    "offline",
+    [{"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": "http://127.0.0.1:9"}],  # port 9 refuses at once
+    ids=["HF_HUB_OFFLINE", "unreachable"],
+)
+def test_offline_real_weights_give_one_line_error(tmp_path, offline):
+    """No hub and nothing cached: one Error line naming the way out, no retry chatter."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_ENDPOINT")}
+    env.update(offline, HF_HOME=str(tmp_path / "hf"))  # an empty cache: the download is needed
     exe = Path(sys.executable).parent / "wherein"
     r = subprocess.run(
-        [str(exe), "models", "convert", "siglip2", "--out", str(tmp_path)],
+        [str(exe), "models", "convert", "siglip2", "--out", str(tmp_path / "out")],
         capture_output=True,
         text=True,
         env=env,
         timeout=300,
     )
     assert r.returncode == 1
-    last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("Error: cannot load hf-hub:timm/ViT-B-16-SigLIP2")
-    assert "local-dir:" in last
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert [ln for ln in lines if "Error" in ln or "WARNING" in ln or "Retry" in ln] == [lines[-1]]
+    assert lines[-1].startswith(
+        "Error: cannot reach the Hugging Face Hub to download timm/ViT-B-16-SigLIP2"
+    )
+    assert "--source local-dir:DIR" in lines[-1]
     assert "Traceback" not in r.stderr
     assert not list(tmp_path.rglob("*.tflite"))
 

@@ -12,6 +12,7 @@ torch, timm and open_clip are imported inside functions (the [convert] path only
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -93,7 +94,49 @@ def state_digest(module) -> str:
     return h.hexdigest()[:16]
 
 
+HUB_PROBE_SECONDS = 5.0
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+def _hub_reachable(endpoint: str) -> bool:
+    """One quick request: any HTTP answer (even 404) means the hub is there."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(
+            urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_PROBE_SECONDS
+        ).close()
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def need_hub(repo: str) -> None:
+    """Fail fast, in one line, when weights must come from a hub that cannot be reached.
+
+    huggingface_hub retries a refused connection for about half a minute, logging every
+    try; a cached model needs no network, so only an uncached one is probed (once).
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(repo, "open_clip_config.json"), str):
+        return
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUTHY
+    if offline or not _hub_reachable(endpoint):
+        why = "HF_HUB_OFFLINE is set" if offline else f"{endpoint} is unreachable"
+        raise ModelError(
+            f"cannot reach the Hugging Face Hub to download {repo} ({why}): "
+            "pass --source local-dir:DIR or connect"
+        )
+
+
 def _open_clip_model(source: Source):
+    if source.kind == "hub":
+        need_hub(source.ref.removeprefix("hf-hub:"))
     import open_clip
 
     name = source.ref if source.kind == "hub" else f"local-dir:{source.ref}"
