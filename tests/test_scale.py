@@ -228,3 +228,29 @@ def test_resume_after_killed_run(images, ray_out, standin_models, tmp_path):
     assert (
         sum(pq.read_metadata(out / s["file"]).num_rows for s in manifest["shards"]) == N_IMAGES + 1
     )
+
+
+def test_non_utf8_name_survives_embed_and_build_index(env, tmp_path):
+    """A Latin-1 file name goes through the parquet shards and comes out as the same bytes."""
+    from wherein.search.cli import cli
+
+    from conftest import draw_shape
+
+    root = tmp_path / "src"
+    latin1 = os.fsdecode(os.fsencode(root) + b"/caf\xe9.png")
+    draw_shape(Path(latin1), "red")
+    draw_shape(root / "blue.png", "blue")
+    out, index = tmp_path / "emb", tmp_path / "idx"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["embed", str(root), "--out", str(out), "--engine", "local"])
+    assert res.exit_code == 0, res.output
+    again = runner.invoke(cli, ["embed", str(root), "--out", str(out), "--engine", "local"])
+    assert again.exit_code == 0, again.output  # resume reads the plan back
+    res = runner.invoke(cli, ["build-index", str(out), "--index", str(index)])
+    assert res.exit_code == 0, res.output
+    hits = runner.invoke(cli, ["search", "red", "--index", str(index), "--paths0", "-k", "2"])
+    assert hits.exit_code == 0, hits.output
+    assert hits.stdout_bytes.split(b"\0")[:2] == [
+        os.fsencode(latin1),
+        os.fsencode(root / "blue.png"),
+    ]

@@ -92,6 +92,7 @@ class _Filler:
                 for t in ref.batches():
                     vecs = S.embeddings(t, es.dim)
                     cols = t.drop(["embedding"]).to_pydict()
+                    cols["uri"] = [S.uri_of_cell(u) for u in cols["uri"]]
                     keep = np.ones(len(cols["id"]), bool)
                     if meet:
                         keep = self._resolve(cols["uri"], cols["id"], ref, when)

@@ -153,9 +153,8 @@ def _run_local(plan, pending, writer, models, workers, threads, draft, progress)
 
     tower = ImageTower.from_models(models, threads)
     table = plan.items(pending).to_pydict()
-    todo = zip(
-        table["id"], table["shard"], table["uri"], table["offset"], table["length"], strict=True
-    )
+    uris = [shards.uri_of_cell(u) for u in table["uri"]]
+    todo = zip(table["id"], table["shard"], uris, table["offset"], table["length"], strict=True)
 
     def load(t: tuple) -> Prepared:
         return records.load(t[2], t[3], t[4], draft)

@@ -57,6 +57,7 @@ class ShardRef:
 
         cols = pq.read_table(self.embed_dir / self.entry["errors_file"]).to_pydict()
         cols["id"] = [i + self.offset for i in cols["id"]]
+        cols["uri"] = [S.uri_of_cell(u) for u in cols["uri"]]
         return cols
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from wherein.indexer.scale import records
+from wherein.indexer.scale.shards import uri_of_cell
 from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE_SIZE
 
 DECODE_BATCH = 16
@@ -41,7 +42,10 @@ def decode_batch(batch: dict, draft: bool) -> dict:
     }
     for j in range(n):
         res = records.load(
-            str(batch["uri"][j]), int(batch["offset"][j]), int(batch["length"][j]), draft
+            uri_of_cell(str(batch["uri"][j])),
+            int(batch["offset"][j]),
+            int(batch["length"][j]),
+            draft,
         )
         if res.pixels is not None:
             pixels[j] = res.pixels

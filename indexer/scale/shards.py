@@ -14,8 +14,10 @@ and a re-run embeds only the shards without a marker.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -36,6 +38,28 @@ FORMAT_VERSION = 1
 
 class ShardError(WhereinError):
     """The embed directory is inconsistent with what was asked."""
+
+
+# No file name, tar member or URL holds NUL: a cell starting with it carries a name's bytes.
+_BYTES_MARK = "\0"
+
+
+def uri_cell(uri: str) -> str:
+    """``uri`` as parquet text, losslessly. Parquet strings must be UTF-8; a name that is not
+    (os.fsdecode gives it surrogate escapes) is stored as NUL + base64 of its exact bytes.
+    Idempotent: a cell is valid UTF-8, so it passes through unchanged."""
+    try:
+        uri.encode("utf-8")
+        return uri
+    except UnicodeEncodeError:
+        return _BYTES_MARK + base64.b64encode(os.fsencode(uri)).decode("ascii")
+
+
+def uri_of_cell(cell: str) -> str:
+    """The uri a parquet cell stores (inverse of uri_cell)."""
+    if cell.startswith(_BYTES_MARK):
+        return os.fsdecode(base64.b64decode(cell[1:]))
+    return cell
 
 
 def shard_name(i: int) -> str:
@@ -178,14 +202,14 @@ def open_plan(
         {
             "id": ids,
             "shard": (ids - 1) // size,
-            "uri": [it.uri for it in items],
+            "uri": [uri_cell(it.uri) for it in items],
             "offset": np.array([it.offset for it in items], dtype=np.int64),
             "length": np.array([it.length for it in items], dtype=np.int64),
         }
     )
     (out / SHARD_DIR).mkdir(parents=True, exist_ok=True)
     write_parquet_atomic(table, out / PLAN_PARQUET)
-    digest = hashlib.sha256("\n".join(it.uri for it in items).encode()).hexdigest()
+    digest = hashlib.sha256(os.fsencode("\n".join(it.uri for it in items))).hexdigest()
     meta = {
         "version": FORMAT_VERSION,
         "sources": sources,
@@ -244,6 +268,7 @@ class ShardWriter:
             k: [r[k] for r in good]
             for k in ("id", "uri", "size", "mtime_ns", "sha256", "width", "height")
         }
+        cols["uri"] = [uri_cell(u) for u in cols["uri"]]
         cols["embedding"] = pa.FixedSizeListArray.from_arrays(
             pa.array(vecs.reshape(-1), pa.float32()), dim
         )
@@ -251,7 +276,7 @@ class ShardWriter:
         errors = pa.table(
             {
                 "id": [r["id"] for r in bad],
-                "uri": [r["uri"] for r in bad],
+                "uri": [uri_cell(r["uri"]) for r in bad],
                 "size": [r["size"] for r in bad],
                 "mtime_ns": [r["mtime_ns"] for r in bad],
                 "reason": [r["error"] for r in bad],
