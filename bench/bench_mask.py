@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -292,6 +293,7 @@ def bench_web(work: Path, models: Path, photos: list[Path], reps: int) -> list[s
     from wherein.search.web.app import create_app
 
     index = work / f"index-{models.name}"
+    shutil.rmtree(index / "cache" / "masks", ignore_errors=True)  # masks of an earlier run
     rows = []
     with TestClient(create_app(index, models), base_url="http://127.0.0.1") as client:
         hits = client.get("/api/search", params={"q": "red", "per_page": 50}).json()["hits"]

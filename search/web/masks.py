@@ -2,6 +2,9 @@
 
 INDEX/cache/masks/<id>-<sha256[:16]>/<prompt-slug>-<sha256(prompt)[:12]>.{json,overlay.jpg,mask.png}
 
+Model work runs on one long-lived thread: a LiteRT graph keeps one interpreter
+per thread, and the web server's worker threads are many, so running it in
+each request's thread would load (and pack) the graphs again per worker.
 The vision pass (the expensive part) of the last few images is kept in memory
 (with the image decoded reduced, as a preview), so trying several prompts on
 one image costs one vision pass and one decoder run per prompt. The overlay is
@@ -15,6 +18,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +73,7 @@ class MaskService:
         self._memory: OrderedDict[str, MaskEntry] = OrderedDict()
         self._lock = threading.Lock()
         self._image_locks: dict[str, threading.Lock] = {}
+        self._runner = ThreadPoolExecutor(1, thread_name_prefix="wherein-masks")
 
     @property
     def vision_passes(self) -> int:
@@ -92,7 +97,7 @@ class MaskService:
             entry = self._cached(f, pkey)
             if entry is not None:
                 return entry
-            return self._compute(f, prompt, pkey)
+            return self._runner.submit(self._compute, f, prompt, pkey).result()
 
     # -- internals ---------------------------------------------------------------------
     def _folder(self, f: IndexedFile) -> Path | None:
