@@ -42,10 +42,28 @@ def _small_reference(seed: int = 0):
 
 
 @pytest.fixture(scope="module")
-def small_fp32(tmp_path_factory) -> Path:
+def small_fp32_run(tmp_path_factory) -> tuple[Path, str]:
+    """A small conversion in its own process, so the C++ converter logs are captured too."""
     out = tmp_path_factory.mktemp("small-fp32")
-    _convert(out, "siglip2", "--random-weights", "--config", "small", "--batch", "1,8")
-    return out
+    exe = Path(sys.executable).parent / "wherein"
+    args = ["siglip2", "--random-weights", "--config", "small", "--batch", "1,8", "--out", str(out)]
+    r = subprocess.run(
+        [str(exe), "models", "convert", *args], capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out, r.stdout + r.stderr
+
+
+@pytest.fixture(scope="module")
+def small_fp32(small_fp32_run) -> Path:
+    return small_fp32_run[0]
+
+
+def test_conversion_prints_only_its_own_progress(small_fp32_run):
+    """litert-torch's progress tree, torch warnings and C++ logs stay out of the output."""
+    lines = small_fp32_run[1].splitlines()
+    assert lines[0].startswith("building the torch tower") and lines[-1].startswith("wrote ")
+    assert len(lines) == 5, "\n".join(lines)  # build, convert, 2 parity lines, wrote
 
 
 def test_small_tower_matches_torch_at_batch_1_and_8(small_fp32):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wherein.indexer.models.convert.quiet import quiet
 from wherein.indexer.models.convert.towers import Source, image_module, state_digest, text_module
 from wherein.indexer.models.image_tower import file_digest
 from wherein.schemas.errors import ModelError
@@ -157,12 +158,13 @@ def litert_embed(graph, signature: str, x: np.ndarray) -> np.ndarray:
 
 # -- conversion ------------------------------------------------------------------
 def _export(signatures: list[tuple[str, object, tuple]], path: Path) -> None:
-    import litert_torch
+    with quiet():  # litert-torch's progress tree and the C++ converter logs
+        import litert_torch
 
-    conv = litert_torch.Converter()
-    for name, module, args in signatures:
-        conv.signature(name, module, args)
-    conv.convert().export(str(path))
+        conv = litert_torch.Converter()
+        for name, module, args in signatures:
+            conv.signature(name, module, args)
+        conv.convert().export(str(path))
 
 
 def reduce_precision(src: Path, dst: Path, precision: str) -> None:
@@ -184,9 +186,10 @@ def reduce_precision(src: Path, dst: Path, precision: str) -> None:
         )
     else:
         raise ValueError(precision)
-    q.quantize(enable_progress_bar=False, enable_progress_report=False).export_model(
-        str(dst), overwrite=True
-    )
+    with quiet():
+        q.quantize(enable_progress_bar=False, enable_progress_report=False).export_model(
+            str(dst), overwrite=True
+        )
 
 
 def _write_graph(signatures, final: Path, precision: str) -> None:
