@@ -79,3 +79,19 @@ def pytest_collection_modifyitems(config, items):
             if mark in item.keywords and importlib.util.find_spec(module) is None:
                 item.add_marker(pytest.mark.skip(reason=f"needs the [{mark}] extra ({module})"))
     os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+def cli_commands(group=None, prefix: str = "") -> dict:
+    """Every CLI command by its full name ("models check"), walking groups recursively."""
+    import click
+
+    from wherein.search.cli import cli
+
+    out: dict[str, click.Command] = {}
+    for name, cmd in (group or cli).commands.items():
+        full = f"{prefix}{name}"
+        if isinstance(cmd, click.Group):
+            out.update(cli_commands(cmd, f"{full} "))
+        else:
+            out[full] = cmd
+    return out

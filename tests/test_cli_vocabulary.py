@@ -19,6 +19,8 @@ from click.testing import CliRunner
 from wherein.search.cli import cli, options
 from wherein.search.cli.serve import DEFAULT_PORT
 
+from conftest import cli_commands as commands
+
 # Commands that open an existing index (or make one from photos).
 INDEX_COMMANDS = (
     "index",
@@ -39,18 +41,6 @@ def run(*args, ok: bool = True, env: dict | None = None):
     if ok:
         assert r.exit_code == 0, r.output + repr(r.exception)
     return r
-
-
-def commands(group: click.Group = cli, prefix: str = "") -> dict[str, click.Command]:
-    """Every command by its full name ("models check"), walking groups recursively."""
-    out: dict[str, click.Command] = {}
-    for name, cmd in group.commands.items():
-        full = f"{prefix}{name}"
-        if isinstance(cmd, click.Group):
-            out.update(commands(cmd, f"{full} "))
-        else:
-            out[full] = cmd
-    return out
 
 
 def option(cmd: click.Command, name: str) -> click.Option | None:

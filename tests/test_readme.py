@@ -14,20 +14,10 @@ from click.testing import CliRunner
 
 from wherein.search.cli import cli
 
+from conftest import cli_commands as commands
+
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 PIPELINE_BREAKS = {"|", "||", "&&", ";"}
-
-
-def commands(group: click.Group = cli, prefix: str = "") -> dict[str, click.Command]:
-    """Every command by its full name ("models check"), walking groups recursively."""
-    out: dict[str, click.Command] = {}
-    for name, cmd in group.commands.items():
-        full = f"{prefix}{name}"
-        if isinstance(cmd, click.Group):
-            out.update(commands(cmd, f"{full} "))
-        else:
-            out[full] = cmd
-    return out
 
 
 def option_names(cmd: click.Command) -> set[str]:
