@@ -5,14 +5,13 @@ fills up at the last buffered block, or the user presses Ctrl-C."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launch import python_argv
 
 from wherein.indexer.store import vectors as V
 from wherein.indexer.store.atomic import atomic_path, write_atomic
@@ -119,14 +118,10 @@ def test_file_size_limit_at_the_last_block_is_an_error(tmp_path):
     saved_index(tmp_path, 40)
     before = snapshot(tmp_path)
 
-    def limits() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
-
     out = subprocess.run(
-        [sys.executable, "-c", _FSIZE_SCRIPT, str(tmp_path)],
+        python_argv("-c", _FSIZE_SCRIPT, str(tmp_path), ignore_sigxfsz=True),
         capture_output=True,
         text=True,
-        preexec_fn=limits,
         env=os.environ,
         timeout=120,
     )

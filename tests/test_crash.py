@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from launch import python_argv
 from PIL import Image
 
 N_IMAGES = 300
@@ -28,20 +29,14 @@ def many_photos(tmp_path_factory) -> Path:
     return root
 
 
-def _default_sigint() -> None:
-    # Started from a background job, pytest (and so the child) has SIGINT ignored; Python
-    # installs its KeyboardInterrupt handler only where SIGINT is at its default.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _wherein(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "wherein.search.cli", *args],
+        # Started from a background job, pytest (and so the child) has SIGINT ignored.
+        python_argv("-m", "wherein.search.cli", *args, sigint=True),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=_default_sigint,
         **kw,
     )
 

@@ -11,17 +11,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import shutil
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from launch import python_argv
 from PIL import Image
 
 from wherein.search.web.app import create_app
@@ -41,18 +39,12 @@ def photos(tmp_path_factory) -> Path:
 
 
 def wherein(*args: str, fsize: int | None = None) -> subprocess.CompletedProcess:
-    def limit() -> None:
-        # Ignored SIGXFSZ: a write past the limit fails with EFBIG instead of killing.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        if fsize is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-
     return subprocess.run(
-        [sys.executable, "-m", "wherein.search.cli", *args],
+        # Ignored SIGXFSZ: a write past the limit fails with EFBIG instead of killing.
+        python_argv("-m", "wherein.search.cli", *args, ignore_sigxfsz=True, fsize=fsize),
         capture_output=True,
         text=True,
         env=os.environ,
-        preexec_fn=limit,
         timeout=300,
     )
 

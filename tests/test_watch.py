@@ -10,13 +10,13 @@ import queue
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from launch import python_argv
 
 from wherein.indexer.store.index_store import IndexStore
 from wherein.indexer.store.vectors import index_ids
@@ -41,14 +41,15 @@ def wait_until(what: str, check: Callable[[], object], timeout: float = WAIT_S):
 
 
 class Watcher:
-    """`wherein index ROOT --watch --json` as a child process, stderr read line by line."""
+    """`wherein index ROOT --watch --json` as a child process; stdout and stderr read as they come."""
 
     def __init__(self, root: Path, env: dict[str, Path]) -> None:
         self.lines: queue.Queue[str] = queue.Queue()
         self.err: list[str] = []
+        self.out: list[str] = []
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
+            # The test runner may ignore SIGINT; the child must get Python's default handler.
+            python_argv(
                 "-m",
                 "wherein.search.cli",
                 "index",
@@ -58,7 +59,8 @@ class Watcher:
                 str(SETTLE),
                 "--json",
                 "-q",
-            ],
+                sigint=True,
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -67,17 +69,34 @@ class Watcher:
                 "WHEREIN_MODELS": str(env["models"]),
                 "WHEREIN_INDEX": str(env["index"]),
             },
-            # The test runner may ignore SIGINT; the child must get Python's default handler.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._out_reader = threading.Thread(target=self._read_out, daemon=True)
+        self._out_reader.start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.err.append(line)
             self.lines.put(line)
+
+    def _read_out(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.out.append(line)
+
+    def batches(self) -> list[dict]:
+        """The per-batch reports printed so far (after the first run's report)."""
+        try:
+            return json_values("".join(self.out))[1:]
+        except ValueError:  # a report still being written
+            return []
+
+    def wait_reported(self, key: str, total: int) -> None:
+        """Until the batches' `key` counts add up to total: the run that applied the last
+        change has finished (its commit is visible to readers before the run ends)."""
+        wait_until(f"{total} {key} reported", lambda: sum(b[key] for b in self.batches()) >= total)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + WAIT_S
@@ -93,11 +112,10 @@ class Watcher:
 
     def stop(self) -> tuple[int, str, str]:
         self.proc.send_signal(signal.SIGINT)
-        assert self.proc.stdout is not None
-        out = self.proc.stdout.read()  # until the child exits and closes it
         code = self.proc.wait(timeout=WAIT_S)
         self._reader.join(timeout=WAIT_S)
-        return code, out, "".join(self.err)
+        self._out_reader.join(timeout=WAIT_S)
+        return code, "".join(self.out), "".join(self.err)
 
 
 def json_values(text: str) -> list:
@@ -178,6 +196,7 @@ def test_watch_follows_creates_changes_moves_and_deletes(env, tmp_path):
         os.rename(root / "album", tmp_path / "moved-out")
         wait_until("the album is gone", lambda: not (want & set(in_step(reader) or {"x": 0})))
         assert set(in_step(reader)) == {str(root / "first.png")}
+        w.wait_reported("deleted", 3)  # renamed.png, then the album's two
         searcher.close()
         reader.close()
     finally:
@@ -207,6 +226,7 @@ def test_a_file_still_being_written_is_not_indexed_half_written(env, tmp_path):
         wait_until("the finished file is indexed", lambda: str(target) in (in_step(reader) or {}))
         rows = in_step(reader)
         assert rows[str(target)][1] == hashlib.sha256(data).hexdigest()
+        w.wait_reported("embedded", 1)
         reader.close()
     finally:
         code, out, err = w.stop()

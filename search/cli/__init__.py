@@ -6,6 +6,8 @@ One module per feature, each with ``register(cli)``; the options they share
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import importlib
 import io
 import sys
@@ -34,11 +36,23 @@ class WhereinGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         _names_out_as_bytes()
+        _native_crashes_show_python_stack()
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo("\ninterrupted", err=True)
             ctx.exit(130)
+
+
+def _native_crashes_show_python_stack() -> None:
+    """A crash in native code (LiteRT, FAISS, a decoder) prints where Python was, not nothing.
+
+    Written to the process's own stderr (fd 2), which stays valid when sys.stderr is
+    replaced (click's test runner); costs nothing until a fatal signal.
+    """
+    if not faulthandler.is_enabled() and sys.__stderr__ is not None:
+        with contextlib.suppress(ValueError, OSError):  # no usable fd 2 (a closed stderr)
+            faulthandler.enable(file=sys.__stderr__)
 
 
 def _names_out_as_bytes() -> None:
