@@ -53,6 +53,16 @@ class Graph(Protocol):
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]: ...
 
 
+class _LeftOut:
+    """A graph ClipSeg.load was asked to leave out."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        raise ModelError(f"{self.name}: this CLIPSeg was loaded without that graph")
+
+
 @dataclass(frozen=True)
 class Features:
     """The vision graph's outputs for one image, in slot order (output_0/1/2)."""
@@ -144,26 +154,41 @@ class ClipSeg:
         self.decoder = decoder
         self.token_table = token_table
         self.projection = projection
-        self.tokenizer = tokenizer or Tokenizer()
+        self._tokenizer = tokenizer  # made on first use: open_clip imports torch
         self._cond: dict[str, np.ndarray] = {}
         self._cond_lock = threading.Lock()
 
     # -- loading -------------------------------------------------------------
     @classmethod
-    def load(cls, models: ModelDir, num_threads: int | None = None) -> ClipSeg:
-        """The three graphs and assets of models/clipseg/, each checked against its contract."""
+    def load(
+        cls,
+        models: ModelDir,
+        num_threads: int | None = None,
+        text: bool = True,
+        image: bool = True,
+    ) -> ClipSeg:
+        """The graphs and assets of models/clipseg/, each checked against its contract.
+
+        text=False leaves out the text graph (workers that get cond from elsewhere: no
+        tokenizer, no open_clip import); image=False the vision and decoder graphs (a
+        driver that only computes cond). A left-out graph raises ModelError when run.
+        """
         from wherein.indexer.models.litert_graph import LiteRTGraph
 
         d = models.require(CLIPSEG)
         # The vision graph may be an optimized one (clipseg/manifest.json); same contract.
         paths = {VISION_FILE: models.clipseg_vision_file()}
-        graphs = []
+        wanted = {VISION_FILE: image, TEXT_FILE: text, DECODER_FILE: image}
+        graphs: list[Graph] = []
         for name in (VISION_FILE, TEXT_FILE, DECODER_FILE):
+            if not wanted[name]:
+                graphs.append(_LeftOut(name))
+                continue
             g = LiteRTGraph(paths.get(name, d / name), num_threads)
             g.check(_GRAPH_SPECS[name])  # one-line ModelError naming the file and expected I/O
             graphs.append(g)
-        vision, text, decoder = graphs
-        return cls.from_parts(vision, text, decoder, assets_dir=d)
+        vision, text_graph, decoder = graphs
+        return cls.from_parts(vision, text_graph, decoder, assets_dir=d)
 
     @classmethod
     def from_parts(cls, vision: Graph, text: Graph, decoder: Graph, assets_dir: Path) -> ClipSeg:
@@ -179,6 +204,12 @@ class ClipSeg:
         return cls(vision, text, decoder, table, projection)
 
     # -- text ----------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = Tokenizer()
+        return self._tokenizer
+
     def tokenize(self, text: str) -> np.ndarray:
         return self.tokenizer(text)
 

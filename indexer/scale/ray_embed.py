@@ -85,34 +85,10 @@ class Embedder:
 def run_ray(
     plan, pending, writer, models_root, address, actors, actor_cpus, draft, progress, say=None
 ) -> None:
-    import ray
-
     from wherein.indexer.scale import ray_quiet
-    from wherein.indexer.scale.ray_connect import RayConnectError, join
+    from wherein.indexer.scale.ray_session import ray_session
 
-    started = not ray.is_initialized()
-    if started and address:
-        joined = join(address)  # bounded checks; raises a one-line RayConnectError
-        if say:
-            say(joined.note)
-        address = joined.address
-    import ray.data
-
-    ray_quiet.quiet_loggers()
-    if started:
-        try:
-            ray.init(
-                address=address,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            if not address:
-                raise
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise RayConnectError(f"cannot join the Ray cluster at {address}: {why}") from None
-    try:
+    with ray_session(address, say) as ray:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
@@ -144,9 +120,6 @@ def run_ray(
         )
         with ray_quiet.stderr_without():
             _collect(ds, writer, progress)
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def _collect(ds, writer, progress) -> None:

@@ -10,12 +10,15 @@ from pathlib import Path
 import click
 
 from wherein.search.cli.options import (
+    engine_option,
     filter_options,
     format_options,
     friendly_errors,
     index_option,
     models_option,
+    progress,
     raw_option,
+    ray_address_option,
     standin_banner,
     top_option,
 )
@@ -165,6 +168,12 @@ def _path(h) -> str:
     help="In a mask export, name each image's mask by its most likely label from "
     "`wherein label` instead of by the query.",
 )
+@engine_option(
+    "Where --mask runs. local: this process, mask PNGs and overlays in --out; ray: Ray actors "
+    "(local mode, or the cluster at --ray-address), every mask straight into the --export "
+    "labels, in shards a re-run resumes."
+)
+@ray_address_option
 @output_options
 @friendly_errors
 def select(
@@ -183,6 +192,8 @@ def select(
     mask,
     out_dir,
     category_from_labels,
+    engine,
+    ray_address,
     fmt,
     export_path,
     export_fmt,
@@ -197,6 +208,7 @@ def select(
       wherein select dog -p 0.5 --link-to ./dogs --flat --nl
       wherein select "a red car" -p 0.5 --mask --out masks/ --export cars.parquet
       wherein select dog -p 0.5 --mask --export dogs.coco.json
+      wherein select dog -p 0.5 --mask --engine ray --export dogs.coco.json
     """
     from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
     from wherein.search import output
@@ -211,6 +223,7 @@ def select(
         raise click.UsageError("--out only applies with --mask")
     if category_from_labels and not (mask and export_path):
         raise click.UsageError("--category-from-labels only applies with --mask --export")
+    _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt)
     q = Query.build(list(query))
     q.validate()
     if not q.has_text:
@@ -239,14 +252,92 @@ def select(
         S.plan(hits, dest, "flat" if flat else "tree") if dest else []
     )  # checked before any work
     prompt = next(t.value for t in q.text_terms if t.weight > 0) if mask else None
-    if prompt:
-        hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root)
-    _emit(hits, fmt, export_path, export_fmt, output.to_table, prompt, labels)
+    if prompt and engine == "ray":
+        hits = _masks_on_ray(
+            hits, prompt, export_path, export_fmt, models_root, labels, ray_address, fmt
+        )
+        _emit(hits, fmt, None, None, output.to_table)
+    else:
+        if prompt:
+            hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root)
+        _emit(hits, fmt, export_path, export_fmt, output.to_table, prompt, labels)
     if dest:
         made = S.materialise(placements, "link" if link_to else "copy")
         click.echo(f"{'linked' if link_to else 'copied'} {len(made)} file(s) into {dest}", err=True)
     if not hits:
         click.echo(f"no image reaches probability {min_probability}", err=True)
+
+
+def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt) -> None:
+    """--engine ray masks into a label export only; a bad --ray-address fails before the search."""
+    from wherein.search.curate.export import export_format
+
+    if engine != "ray":
+        if ray_address:
+            raise click.UsageError("--ray-address only applies with --engine ray")
+        return
+    if not mask:
+        raise click.UsageError("--engine ray runs the mask step: add --mask")
+    if out_dir:
+        raise click.UsageError(
+            "--out applies to --engine local; --engine ray writes the masks into --export only"
+        )
+    if not export_path or export_format(export_path, export_fmt) not in LABEL_FORMATS:
+        raise click.UsageError(
+            "--engine ray writes the masks as labels: add --export FILE.coco.json "
+            "(or a .yolo or .masks folder)"
+        )
+    if ray_address:
+        from wherein.indexer.scale.ray_connect import check_reachable, resolve
+
+        # Now, not after the search: a wrong address is one line in seconds, and no work
+        # folder is left behind. The token is checked when the cluster is joined.
+        check_reachable(resolve(ray_address))
+
+
+def _masks_on_ray(hits, prompt, export_path, export_fmt, models_root, labels, address, fmt):
+    """Every hit's mask on Ray into the label export (resumable); the hits with mask fields."""
+    from wherein.search.curate.export import export_format
+    from wherein.search.curate.masks_at_scale import export_masks
+
+    bar = progress(False, fmt)
+    try:
+        hits, stats = export_masks(
+            hits,
+            prompt,
+            export_path,
+            export_format(export_path, export_fmt),
+            models_root,
+            labels,
+            address,
+            say=bar.write,
+            progress=bar.update,
+            on_total=bar.reset,
+        )
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] == "ray":
+            raise click.ClickException(
+                "ray is not installed: pip install 'wherein[scale]'"
+            ) from None
+        raise
+    finally:
+        bar.close()
+    kept = stats.done_before + stats.written
+    if stats.interrupted:
+        click.echo(
+            f"interrupted: {kept} of {stats.shards} shard(s) kept in {stats.work}; "
+            "run the same command again to resume",
+            err=True,
+        )
+        sys.exit(130)
+    before = f", {stats.done_before} from an earlier run" if stats.done_before else ""
+    failed = f"; {stats.failed} could not be read" if stats.failed else ""
+    click.echo(
+        f"exported the masks of {stats.masked} image(s) to {export_path} "
+        f"({stats.shards} shard(s) on Ray{before}{failed})",
+        err=True,
+    )
+    return hits
 
 
 # -- label ----------------------------------------------------------------------------------

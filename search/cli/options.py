@@ -28,6 +28,7 @@ __all__ = [
     "SORT_KEYS",
     "Progress",
     "echo_json",
+    "engine_option",
     "filter_options",
     "format_options",
     "friendly_errors",
@@ -36,6 +37,7 @@ __all__ = [
     "models_option",
     "progress",
     "quiet_option",
+    "ray_address_option",
     "raw_option",
     "standin_banner",
     "top_option",
@@ -179,6 +181,33 @@ def filter_options(f: Callable) -> Callable:
         multiple=True,
         type=click.Path(file_okay=False, path_type=Path),
         help="Only images below this folder (repeatable: any of them).",
+    )(f)
+
+
+# -- where the work runs --------------------------------------------------------------------
+ENGINES = ("local", "ray")
+
+
+def engine_option(help: str) -> Callable[[Callable], Callable]:
+    """``--engine local|ray``: this process, or Ray (local mode, or the cluster at
+    --ray-address); the command says in ``help`` which of its steps runs there."""
+    return click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default="local",
+        show_default=True,
+        help=help,
+    )
+
+
+def ray_address_option(f: Callable) -> Callable:
+    """``--ray-address HOST:PORT|auto``: the cluster to join (indexer/scale/ray_connect.py)."""
+    return click.option(
+        "--ray-address",
+        default=None,
+        help="Ray cluster to join: HOST:PORT of the head's GCS (6379 by default) or auto; run on a "
+        "cluster node. Auth token as Ray finds it: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, "
+        "~/.ray/auth_token.",
     )(f)
 
 

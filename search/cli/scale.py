@@ -9,12 +9,14 @@ import click
 
 from wherein.search.cli.options import (
     echo_json,
+    engine_option,
     friendly_errors,
     index_option,
     json_option,
     models_option,
     progress,
     quiet_option,
+    ray_address_option,
 )
 
 
@@ -32,20 +34,8 @@ def register(cli: click.Group) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Directory for the parquet shards and manifest.json (re-run to resume).",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "ray"]),
-    default="local",
-    show_default=True,
-    help="local: one process; ray: Ray Data (local mode, or the cluster at --ray-address).",
-)
-@click.option(
-    "--ray-address",
-    default=None,
-    help="Ray cluster to join: HOST:PORT of the head's GCS (6379 by default) or auto; run on a "
-    "cluster node. Auth token as Ray finds it: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, "
-    "~/.ray/auth_token.",
-)
+@engine_option("local: one process; ray: Ray Data (local mode, or the cluster at --ray-address).")
+@ray_address_option
 @click.option(
     "--shard-size",
     type=click.IntRange(1),

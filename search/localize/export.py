@@ -289,14 +289,23 @@ def export_hits(
 
     Returns (path, images written). Images without a stored label keep the prompt.
     """
+    masked = [h for h in hits if getattr(h, "mask_path", None)]
+    cats, category = categories_for(masked, prompt, labels)
+    path = write_labels(images_from_hits(masked, category), dest, fmt, cats)
+    return path, len(masked)
+
+
+def categories_for(
+    hits: Sequence[Any], prompt: str, labels: StoredLabels | None = None
+) -> tuple[Categories, Callable[[Any], str]]:
+    """The export's categories for these hits and each hit's category: the prompt, or the
+    hit's best stored label (every stored label is a category, so ids stay put from one
+    export to the next; the prompt comes last, for hits without a label)."""
     best = labels.best if labels else {}
     names = list(labels.names) if labels else []
-    masked = [h for h in hits if getattr(h, "mask_path", None)]
-    if not labels or any(h.id not in best for h in masked):
+    if not labels or any(h.id not in best for h in hits):
         names.append(prompt)
-    cats = Categories(names)
-    path = write_labels(images_from_hits(masked, lambda h: best.get(h.id, prompt)), dest, fmt, cats)
-    return path, len(masked)
+    return Categories(names), lambda h: best.get(h.id, prompt)
 
 
 def best_labels(catalog, ids: Iterable[int]) -> StoredLabels:

@@ -363,6 +363,18 @@ def with_fields(hit: Any, values: dict[str, Any]) -> Any:
     raise TypeError(f"hits must be dataclasses or dicts, got {type(hit).__name__}")
 
 
+def hit_values(res: MaskResult) -> dict[str, Any]:
+    """A mask's hit fields (HIT_MASK_FIELDS), before any file is written: area and score
+    rounded as every output shows them, no paths yet."""
+    return {
+        "mask_path": None,
+        "overlay_path": None,
+        "bbox": res.bbox,
+        "mask_area": round(res.area, 6),
+        "mask_score": round(res.score, 6),
+    }
+
+
 def add_masks_to_hits(
     hits: list,
     prompt: str,
@@ -408,15 +420,8 @@ def add_masks_to_hits(
                 on_error(hit, str(exc))
             return dict.fromkeys(HIT_MASK_FIELDS)
         res = MaskResult.from_probability(prompt, model.decode(seen.features, cond), seen.size)
-        area = round(res.area, 6)
-        values: dict[str, Any] = {
-            "mask_path": None,
-            "overlay_path": None,
-            "bbox": res.bbox,
-            "mask_area": area,
-            "mask_score": round(res.score, 6),
-        }
-        if min_mask_area is not None and area < min_mask_area:
+        values = hit_values(res)
+        if min_mask_area is not None and values["mask_area"] < min_mask_area:
             return values  # dropped below: no files for it
         out_dir.mkdir(parents=True, exist_ok=True)
         base = file_base(path.stem, prompt, _hit_get(hit, "rank"))
