@@ -180,6 +180,27 @@ def _candidate(key: str, source: Path, log: Callable[[str], None]) -> tuple[Path
         return Outcome(key, "rejected", str(exc))
 
 
+def _verify(
+    candidate: Path,
+    figures_of: Callable[[], dict],
+    md: ModelDir,
+    name: str,
+    min_speedup: float | None,
+) -> dict:
+    """The candidate's figures against its source, the speed check included.
+
+    A candidate that cannot even be compared is removed: only a verified file may stay
+    beside the graph in use.
+    """
+    try:
+        figures = figures_of()
+    except Exception:
+        candidate.unlink(missing_ok=True)
+        raise
+    figures["failed"] += speed_failures(md, name, figures["ms_per_image"], min_speedup)
+    return figures
+
+
 def _signatures(graph) -> dict:
     return {
         s.key: {
@@ -252,12 +273,13 @@ def prepare_image(
     out, done = built
     sample = samples()
     log(f"  verifying on {sample.origin}")
-    try:
-        figures = image_tower_figures(LiteRTGraph(source), LiteRTGraph(out), sample.images)
-    except Exception:
-        out.unlink(missing_ok=True)
-        raise
-    figures["failed"] += speed_failures(md, "image tower", figures["ms_per_image"], min_speedup)
+    figures = _verify(
+        out,
+        lambda: image_tower_figures(LiteRTGraph(source), LiteRTGraph(out), sample.images),
+        md,
+        "image tower",
+        min_speedup,
+    )
     record = {
         "from": source.name,
         "from_sha256": source_sha,
@@ -369,12 +391,13 @@ def optimize_clipseg(
     src_model = ClipSeg.from_parts(LiteRTGraph(source), text, decoder, d)
     cand_model = ClipSeg.from_parts(LiteRTGraph(out), text, decoder, d)
     n = len(sample.prompts)
-    try:
-        figures = clipseg_figures(src_model, cand_model, sample.images[:n], sample.prompts)
-    except Exception:
-        out.unlink(missing_ok=True)
-        raise
-    figures["failed"] += speed_failures(md, "CLIPSeg vision", figures["ms_per_image"], min_speedup)
+    figures = _verify(
+        out,
+        lambda: clipseg_figures(src_model, cand_model, sample.images[:n], sample.prompts),
+        md,
+        "CLIPSeg vision",
+        min_speedup,
+    )
     passed = not figures["failed"]
     record = {
         "file": out.name,
