@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wherein.indexer.models.bpe_index import IndexedBPE, ensure_index
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.text_tower import CalibratedScores
 from wherein.indexer.normalize import unit_rows
@@ -151,6 +152,17 @@ class HFTokens:
         return self.tok.encode(text, add_special_tokens=False).ids
 
 
+def hf_tokens(path: Path) -> IndexedBPE | HFTokens:
+    """The indexed BPE (same ids, no full load) where it applies, else the full tokenizer."""
+    index = ensure_index(path)
+    if index is not None:
+        try:
+            return IndexedBPE(index)
+        except Exception:  # noqa: BLE001 - any fault in the shortcut: the full load is exact
+            pass
+    return HFTokens(path)
+
+
 class QueryTokenizer:
     """clean -> content ids -> prefix + content + suffix, truncated and 0-padded to length."""
 
@@ -160,9 +172,9 @@ class QueryTokenizer:
         if not path.is_file():
             raise ModelError(f"{path}: tokenizer file named in the text manifest is missing")
         if kind == "clip-bpe":
-            self.content: ClipBPE | HFTokens = ClipBPE(path)
+            self.content: ClipBPE | HFTokens | IndexedBPE = ClipBPE(path)
         elif kind == "hf":
-            self.content = HFTokens(path)
+            self.content = hf_tokens(path)
         else:
             raise ModelError(f"text manifest: unknown tokenizer kind {kind!r}")
         clean = recipe.get("clean", "whitespace")
