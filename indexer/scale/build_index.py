@@ -4,9 +4,12 @@ From one or several embed directories (embed_set.py: ids kept disjoint, shards
 taken oldest first), into a new index, or with ``append`` into one built earlier.
 
 - catalog.db (catalog_fill.py): one images row per embedded item, id = FAISS id,
-  its float32 vector in ``embeddings`` (search re-scores candidates against these),
   failed items in ``skipped``; one transaction per shard. A path in several shards
   keeps the newest shard's row; how many and which is reported.
+- vectors.f16 (store/vector_file.py): the vectors search re-scores candidates against,
+  float16, row id - 1, written with the catalog rows (``rescore="float32"`` keeps them
+  as float32 blobs in the catalog instead: twice the bytes of the file, and at 10M
+  ~2.6x, SQLite storing one 3 KB row per 4 KB page). An append keeps what the index has.
 - vectors.faiss + vectors.json via VectorIndex.save(), the index chosen by
   vectors.choose_index(n, dim, budget). IVF is trained on a sample spread over the
   shards. When even the IVF codes exceed half the budget, blocks are filled
@@ -43,6 +46,7 @@ from wherein.schemas.errors import IndexError_
 
 IVFDATA_FILE = "vectors.ivfdata"
 ONDISK_KIND = "ivf-sq8-ondisk"
+RESCORE_CHOICES = ("float16", "float32")
 
 
 @dataclass
@@ -94,9 +98,13 @@ def build_index(
     progress: Callable[[str], object] | None = None,
     append: bool = False,
     recall_target: float = RECALL_TARGET,
+    rescore: str = "float16",
 ) -> BuildStats:
     """recall_target: with ``append``, retrain the IVF quantizer when the measured recall@10 of
-    the appended vectors falls below it (0 never retrains)."""
+    the appended vectors falls below it (0 never retrains). rescore: how a new index keeps
+    the vectors search re-scores with, "float16" (vectors.f16) or "float32" (catalog blobs)."""
+    if rescore not in RESCORE_CHOICES:
+        raise ValueError(f"rescore must be one of {', '.join(RESCORE_CHOICES)}, not {rescore!r}")
     t0 = time.perf_counter()
     dirs = [embed_dirs] if isinstance(embed_dirs, str | Path) else list(embed_dirs)
     out = Path(index_dir).expanduser().absolute()
@@ -125,6 +133,8 @@ def build_index(
         before = cat.count_embedded()
         with cat.transaction():
             _set_meta(cat, es, append)
+            if not append and rescore == "float16":
+                cat.use_vector_file(es.dim)
             # Before any row: an interrupted run leaves the catalog ahead of vectors.json,
             # which the next open (or re-run) brings back in line like any crash.
             cat.bump_generation()

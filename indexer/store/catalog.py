@@ -38,6 +38,7 @@ import numpy as np
 import sqlite_utils
 
 from wherein.indexer.store import migrations
+from wherein.indexer.store.vector_file import VECTOR_FILE, VectorFile
 from wherein.schemas.errors import IndexError_
 
 SCHEMA_VERSION = migrations.SCHEMA_VERSION
@@ -126,6 +127,7 @@ class Catalog:
             conn = sqlite3.connect(str(path), check_same_thread=False)
         self._conn = conn
         self._depth = 0  # nesting of transaction()
+        self._vfile: VectorFile | None = None  # float16 vectors beside the catalog, if it has one
         self.migrated: list[str] = []  # steps this open applied
         try:
             conn.execute("PRAGMA busy_timeout = 10000")
@@ -141,12 +143,55 @@ class Catalog:
             # byte by byte, so equality and ranges work the same).
             self._p = "?" if migrations.paths_are_bytes(self._db) else "CAST(? AS TEXT)"
             conn.execute("PRAGMA foreign_keys = ON")
+            if self.get_meta("vector_file"):
+                self._open_vector_file()
         except BaseException:
             conn.close()
             raise
 
     def close(self) -> None:
+        if self._vfile is not None:
+            self._vfile.close()
         self._conn.close()
+
+    # -- float16 vector file (vector_file.py) -----------------------------------
+    # Rows written by insert_images (build-index) keep their vector in the file and an empty
+    # blob in ``embeddings`` (the row still says "embedded"); every other write keeps float32
+    # blobs. Readers take the file's row wherever the blob is empty.
+    def use_vector_file(self, dim: int) -> None:
+        """From now on insert_images keeps vectors as float16 in vectors.f16 (call in a
+        transaction, before the first insert_images)."""
+        self.set_meta("vector_file", VECTOR_FILE)
+        if self._vfile is None:
+            self._open_vector_file(dim)
+
+    @property
+    def vector_file(self) -> Path | None:
+        return self._vfile.path if self._vfile is not None else None
+
+    def _open_vector_file(self, dim: int | None = None) -> None:
+        dim = dim or int(self.get_meta("dim", 0) or 0)
+        path = self.path.parent / VECTOR_FILE
+        if self.readonly and not path.is_file():
+            raise IndexError_(f"{path}: missing (the catalog keeps its vectors there)")
+        self._vfile = VectorFile(path, dim, readonly=self.readonly)
+
+    def _from_file(self, ids: list[int], blobs: list[bytes], span: bool = False) -> np.ndarray:
+        """[n, dim] float32: the blobs, and the file's rows where a blob is empty."""
+        empty = [j for j, b in enumerate(blobs) if not b]
+        if not empty:
+            return np.stack([blob_to_vector(b) for b in blobs])
+        if self._vfile is None:
+            raise IndexError_(f"{self.path}: vectors kept in {VECTOR_FILE}, which is not set up")
+        want = np.array([ids[j] for j in empty], np.int64)
+        from_file = self._vfile.read_span(want) if span else self._vfile.read(want)
+        if len(empty) == len(blobs):
+            return from_file
+        out = np.zeros((len(blobs), self._vfile.dim), np.float32)
+        out[empty] = from_file
+        full = [j for j, b in enumerate(blobs) if b]
+        out[full] = np.stack([blob_to_vector(blobs[j]) for j in full])
+        return out
 
     @contextmanager
     def transaction(self) -> Iterator[Catalog]:
@@ -165,6 +210,8 @@ class Catalog:
         try:
             with self._conn:
                 yield self
+                if self._vfile is not None:
+                    self._vfile.sync()  # its rows are durable before the rows pointing at them
         finally:
             self._depth = 0
 
@@ -309,17 +356,17 @@ class Catalog:
 
     def vectors_for(self, ids: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         """(ids, vectors [n, d]) for those ids that have an embedding."""
-        got_ids, vecs = [], []
+        got_ids, blobs = [], []
         for chunk in _chunks(ids):
             for image_id, blob in self._conn.execute(
                 f"SELECT image_id, vector FROM embeddings WHERE image_id IN ({_marks(chunk)})",
                 chunk,
             ):
                 got_ids.append(image_id)
-                vecs.append(blob_to_vector(blob))
-        if not vecs:
+                blobs.append(blob)
+        if not blobs:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
-        return np.array(got_ids, dtype=np.int64), np.stack(vecs)
+        return np.array(got_ids, dtype=np.int64), self._from_file(got_ids, blobs)
 
     def iter_vectors(self, batch: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """All embeddings in id order, batch by batch (never all in memory at once)."""
@@ -332,9 +379,10 @@ class Catalog:
             if not rows:
                 return
             last = rows[-1][0]
+            ids = [r[0] for r in rows]
             yield (
-                np.array([r[0] for r in rows], dtype=np.int64),
-                np.stack([blob_to_vector(r[1]) for r in rows]),
+                np.array(ids, dtype=np.int64),
+                self._from_file(ids, [r[1] for r in rows], span=True),
             )
 
     # -- writes (call inside transaction()) --------------------------------
@@ -365,6 +413,14 @@ class Catalog:
             ":height, :format, :indexed_at, :model_id)",
             ({**r, "key": os.fsencode(r["path"])} for r in records),
         )
+        if self._vfile is not None:
+            # Rows first: an id clash fails here, before the file row of a committed id is touched.
+            self._conn.executemany(
+                "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
+                ((int(r["id"]), b"") for r in records),
+            )
+            self._vfile.write(np.array([int(r["id"]) for r in records], np.int64), vectors)
+            return
         self._conn.executemany(
             "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
             ((int(r["id"]), vector_to_blob(v)) for r, v in zip(records, vectors, strict=True)),
@@ -606,9 +662,12 @@ class Catalog:
         ).fetchone()[0]
 
     def misshapen_embeddings(self, dim: int) -> int:
-        """Embeddings that are not dim float32 values."""
+        """Embeddings that are not dim float32 values (nor an empty blob, whose vector is in
+        the catalog's vector file, when it has one)."""
+        empty_ok = dim * 4 if self._vfile is None else 0
         return self._conn.execute(
-            "SELECT count(*) FROM embeddings WHERE length(vector) != ?", (dim * 4,)
+            "SELECT count(*) FROM embeddings WHERE length(vector) NOT IN (?, ?)",
+            (dim * 4, empty_ok),
         ).fetchone()[0]
 
     def _row(self, row: Sequence) -> dict:
