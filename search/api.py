@@ -31,7 +31,8 @@ what ``score``/``probability`` mean) or a query string. Selection:
   ``reverse`` flips it. ``rank`` stays the relevance rank.
 
 Scores are exact: candidates from an approximate (IVF-SQ8) index are re-scored
-against the catalog's float32 vectors. Hits whose file is gone carry
+against the catalog's vectors (float32; float16 in vectors.f16 for an index from
+`build-index`, within ~1e-3 of float32, see docs/scale.md). Hits whose file is gone carry
 ``exists=False`` (stale entries; re-run `wherein index` to drop them).
 ``Searcher.last_timings`` holds the split of the last search (sync, encode, ann, join, total; ms);
 ``Searcher.last_warnings`` what the user should hear about it (an ``under`` folder holding no

@@ -1,8 +1,9 @@
 """The SQLite catalog: the index's source of truth, and the only code that speaks SQL.
 
 One row per indexed file in ``images``; its embedding in ``embeddings`` (same
-transaction, so a row never points at a half-written vector); unreadable files
-in ``skipped``; zero-shot label probabilities in ``labels``; settings and the
+transaction, so a row never points at a half-written vector; rows that build-index
+writes keep an empty blob there and the vector in vectors.f16, see vector_file.py);
+unreadable files in ``skipped``; zero-shot label probabilities in ``labels``; settings and the
 vector generation counter in ``meta``. FAISS holds a derived copy of
 ``embeddings`` (see vectors.py): after a crash it is brought back in line from
 here, never the other way round.
