@@ -13,14 +13,29 @@ plus the row fetch, on a real SQLite catalog of that size), and the full
 ``Searcher.search`` through the API. Text encoding is timed for the stand-in
 tower and for the real SigLIP 2 B/16 text architecture (random weights: same
 FLOPs; the real weights cannot be downloaded here).
+
+    python bench/bench_search.py --cold --models DIR --index DIR [--runs 9]
+
+times instead a cold ``wherein search`` (process start to printed hits) as a user
+runs it: one first-use run (it writes the tokenizer index and the XNNPACK weight
+cache beside the models if they are missing; --fresh deletes them first), then
+--runs timed runs, each a new process. Wall time, the child's CPU time
+(user+sys) and peak RSS per run; the load average says how busy the shared cores
+were. Byte-code is compiled first, as a pip install does (this machine's
+PYTHONDONTWRITEBYTECODE would otherwise recompile wherein on every start).
+--before-rev REV also times the same command on the code of git revision REV (its
+indexer/search/schemas put first on PYTHONPATH), run for run interleaved with the
+current code, so both see the same load.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -208,8 +223,115 @@ def bench_text(real: bool) -> dict:
     return out
 
 
+def _child_run(cmd: list[str], env: dict) -> dict:
+    """Wall, CPU (user+sys) and peak RSS of one child process (wait4: its own rusage)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{stderr}")
+    return {
+        "wall_s": round(wall, 3),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        "maxrss_mb": round(usage.ru_maxrss / 1024),
+        "load_1m": round(os.getloadavg()[0], 2),
+        "stderr": stderr,
+    }
+
+
+def _checkout(rev: str, into: Path) -> Path:
+    """A folder whose wherein/ package is revision rev's (for PYTHONPATH)."""
+    root = Path(__file__).resolve().parents[1]
+    src = into / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", rev, "indexer", "search", "schemas"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    (into / "wherein").mkdir()
+    for package in ("indexer", "search", "schemas"):
+        (into / "wherein" / package).symlink_to(src / package)
+    return into
+
+
+def _summary(runs: list[dict]) -> dict:
+    walls = [r["wall_s"] for r in runs]
+    cpus = [r["cpu_s"] for r in runs]
+    return {
+        "wall_s": {"median": statistics.median(walls), "min": min(walls), "max": max(walls)},
+        "cpu_s": {"median": statistics.median(cpus), "min": min(cpus), "max": max(cpus)},
+    }
+
+
+def bench_cold(args) -> dict:
+    """A cold `wherein search` per run; see the module docstring."""
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    for package in ("indexer", "search", "schemas"):
+        compileall.compile_dir(root / package, quiet=1)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    wherein = Path(sys.executable).with_name("wherein")
+    cmd = [str(wherein), "search", args.query, "--models", str(args.models)]
+    cmd += ["--index", str(args.index), "-k", "10"]
+    text_dir = args.models / "siglip2-text"
+    if args.fresh:
+        for p in [*text_dir.glob("*.bpe-index"), *text_dir.glob("*.xnnpack-cache")]:
+            p.unlink()
+    floor = [_child_run([sys.executable, "-c", "pass"], env) for _ in range(3)]
+    first = _child_run(cmd, env)
+    with tempfile.TemporaryDirectory() as tmp:
+        before_env = None
+        if args.before_rev:
+            before_env = dict(env, PYTHONPATH=str(_checkout(args.before_rev, Path(tmp))))
+            _child_run(cmd, before_env)  # writes its byte-code
+        runs, before = [], []
+        for _ in range(args.runs):
+            runs.append(_child_run(cmd, env))
+            if before_env:
+                before.append(_child_run(cmd, before_env))
+    if any(r["stderr"].strip() for r in runs):
+        print(
+            "stderr of a run:\n" + next(r["stderr"] for r in runs if r["stderr"]), file=sys.stderr
+        )
+    for r in [first, *runs, *before, *floor]:
+        r.pop("stderr")
+    out = {
+        "command": "python " + " ".join(sys.argv),
+        "search": " ".join(cmd),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs",
+        "caches_beside_models": sorted(
+            p.name for p in text_dir.iterdir() if p.suffix in (".bpe-index", ".xnnpack-cache")
+        ),
+        "python_startup_wall_s": statistics.median(r["wall_s"] for r in floor),
+        "first_use": first,
+        **_summary(runs),
+        "runs": runs,
+    }
+    if before:
+        out["before"] = {"rev": args.before_rev, **_summary(before), "runs": before}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cold", action="store_true", help="Time cold `wherein search` processes.")
+    ap.add_argument("--models", type=Path, help="--cold: the models folder.")
+    ap.add_argument("--index", type=Path, help="--cold: an index built with those models.")
+    ap.add_argument("--query", default="a red car", help="--cold: the query.")
+    ap.add_argument("--runs", type=int, default=9, help="--cold: timed runs.")
+    ap.add_argument(
+        "--fresh", action="store_true", help="--cold: delete the caches first (time first use)."
+    )
+    ap.add_argument("--before-rev", help="--cold: also time git revision REV, interleaved.")
     ap.add_argument("--sizes", default="10000,1000000")
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--clusters", type=int, default=2000)
@@ -223,6 +345,17 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "search.json")
     args = ap.parse_args()
+    if args.cold:
+        if not (args.models and args.index):
+            ap.error("--cold needs --models and --index")
+        cold = bench_cold(args)
+        print(json.dumps(cold, indent=2))
+        out = args.out
+        if out == ap.get_default("out"):  # keep the ANN run's figures
+            out = out.with_name("search_cold.json")
+        out.write_text(json.dumps(cold, indent=2) + "\n")
+        print(out, file=sys.stderr)
+        return
     results = {
         "command": "python " + " ".join(sys.argv),
         "machine": f"{platform.machine()}, 2 shared cores, faiss {faiss.__version__}, "

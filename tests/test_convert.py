@@ -289,6 +289,18 @@ def test_litert_text_tower_equals_torch(litert_text_models):
     assert r.exit_code == 0, r.output
 
 
+def test_litert_text_tower_without_the_weight_cache_is_the_same(litert_text_models, monkeypatch):
+    from wherein.indexer.models import litert_cached
+    from wherein.indexer.models.text_tower_litert import LiteRTTextTower
+
+    cached = LiteRTTextTower.from_models(ModelDir(litert_text_models))
+    assert cached._graph is not None  # the packed-weights cache path
+    monkeypatch.setattr(litert_cached, "open_cached", lambda *a, **k: None)
+    plain = LiteRTTextTower.from_models(ModelDir(litert_text_models))
+    assert plain._graph is None  # the Interpreter
+    assert np.array_equal(cached.encode(PROMPTS), plain.encode(PROMPTS))
+
+
 def test_query_needs_no_torch_with_litert_text(litert_text_models):
     code = (
         "import sys, numpy as np\n"
