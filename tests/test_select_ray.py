@@ -4,6 +4,7 @@ shards, merged into the same label export the local engine writes."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -165,6 +166,24 @@ def test_a_killed_run_resumes_with_only_the_missing_shards(
     assert not work.exists()
 
 
+def test_a_worker_that_cannot_load_its_graph_is_one_line(world, ray_local, tmp_path):
+    """The driver never loads the vision graph: the actors find it broken, the user gets one line."""
+    models = tmp_path / "models"
+    shutil.copytree(world["env"]["WHEREIN_MODELS"], models)
+    from wherein.indexer.models.clipseg import VISION_FILE
+
+    (models / "clipseg" / VISION_FILE).write_bytes(b"not a graph")
+    env = {**world["env"], "WHEREIN_MODELS": models}
+    export = tmp_path / "red.coco.json"
+    res = invoke(env, "select", "red", "-p", "0.1", "--mask", "--engine", "ray", "--export", export)
+    assert res.exit_code == 1, res.output
+    lines = [ln for ln in res.stderr.splitlines() if not ln.startswith("Using STAND-IN")]
+    broken = models / "clipseg" / VISION_FILE
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith(f"Error: {broken}: not a loadable LiteRT model"), res.stderr
+    assert "Traceback" not in res.output and not export.exists()
+
+
 def test_a_work_folder_of_another_job_starts_over(tmp_path):
     from wherein.search.localize.mask_shards import Item, MaskJob, Outcome, WorkFolder
 
@@ -222,7 +241,7 @@ def test_engine_ray_misuse_is_one_line(world, tmp_path, extra, code, message):
     assert "Traceback" not in res.output and not list(tmp_path.iterdir())
 
 
-def test_workers_load_no_text_graph_and_local_paths_import_no_ray(standin_models):
+def test_workers_load_no_text_graph_and_local_paths_import_no_ray(standin_models, tmp_path):
     from wherein.indexer.models.clipseg import ClipSeg
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.schemas.errors import ModelError
@@ -230,9 +249,25 @@ def test_workers_load_no_text_graph_and_local_paths_import_no_ray(standin_models
     image_side = ClipSeg.load(ModelDir(standin_models), 1, text=False)
     with pytest.raises(ModelError, match="without that graph"):
         image_side.encode_prompt("red")
-    code = (
-        "import sys; import wherein.search.cli.curate, wherein.search.curate.masks_at_scale, "
-        "wherein.search.localize.ray_masks, wherein.search.localize.mask_shards; "
-        "sys.exit('ray' in sys.modules)"
-    )
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+    cond = ClipSeg.load(ModelDir(standin_models), 1, image=False).encode_prompt("red")
+    photo = tmp_path / "red.png"
+    draw_shape(photo, "red")
+    # A worker's whole job (the actor's code, run in a bare process) imports neither Ray nor
+    # torch/open_clip; nor do the modules of the local path.
+    code = f"""
+import sys
+import numpy as np
+import wherein.search.cli.curate, wherein.search.curate.masks_at_scale
+from wherein.search.localize.mask_shards import Item
+from wherein.search.localize.ray_masks import MaskActor
+cond = np.array({cond.tolist()!r}, np.float32)  # computed by the driver (this test)
+actor = MaskActor({str(standin_models)!r}, cond, "red", "coco", ["red"])
+items = [Item(1, {str(photo)!r}, "red"), Item(2, "/no/such/file.jpg", "red")]
+shard, (good, bad), spent = actor.run(0, items)
+assert good.values["mask_area"] > 0.3 and good.piece.record["annotations"], good
+assert bad.values is None and bad.piece is None and bad.error, bad
+print(sorted(m for m in ("ray", "torch", "open_clip") if m in sys.modules))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

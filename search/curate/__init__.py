@@ -8,5 +8,6 @@ and exports through wherein.search.curate.export:
 - labels.py: zero-shot label probabilities for every image, stored in the catalog;
 - dupes.py: exact (content hash) and near (embedding) duplicate groups with keepers;
 - unique.py: uniqueness = mean cosine distance to the k nearest neighbours;
-- export.py: csv / jsonl / parquet files of hits.
+- export.py: csv / jsonl / parquet files of hits;
+- masks_at_scale.py: every selected image's mask on Ray into one label export (resumable).
 """

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from wherein.indexer.models.modeldir import ModelDir
+from wherein.schemas.errors import ModelError
 from wherein.schemas.models import CLIPSEG
 from wherein.schemas.records import HIT_MASK_FIELDS
 from wherein.search.localize.export import LabelWriter, StoredLabels, categories_for
@@ -61,7 +62,10 @@ def model_identity(models: ModelDir) -> str:
     d = models.require(CLIPSEG)
     parts = []
     for path in (models.clipseg_vision_file(), d / TEXT_FILE, d / DECODER_FILE):
-        st = path.stat()
+        try:
+            st = path.stat()
+        except OSError:
+            raise ModelError(f"{path}: model file not found (run `wherein models pull`)") from None
         parts.append(f"{path.name}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(parts)
 
