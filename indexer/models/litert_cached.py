@@ -28,13 +28,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from wherein.indexer.models.litert_graph import native_stderr_filtered
 
 CACHE_SUFFIX = ".xnnpack-cache"
 _CPU = 1  # ai_edge_litert.hardware_accelerator.HardwareAccelerator.CPU
@@ -42,32 +42,9 @@ _CPU = 1  # ai_edge_litert.hardware_accelerator.HardwareAccelerator.CPU
 _NOISE = (b"INFO: ", b"WARNING: [npu_registry.cc")
 
 
-@contextlib.contextmanager
-def native_logs_filtered() -> Iterator[None]:
+def native_logs_filtered() -> contextlib.AbstractContextManager[list[bytes]]:
     """Hold fd 2 while LiteRT's runtime starts up, then pass on all but its INFO chatter."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no usable fd 2: nothing to filter
-        yield
-        return
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            try:
-                sys.stderr.flush()
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-            held.seek(0)
-            kept = b"".join(
-                ln for ln in held.read().splitlines(keepends=True) if not ln.startswith(_NOISE)
-            )
-            view = memoryview(kept)
-            while view:
-                view = view[os.write(2, view) :]
+    return native_stderr_filtered(lambda ln: ln.startswith(_NOISE))
 
 
 def cache_name(graph: Path, fingerprint: str = "") -> str:

@@ -14,7 +14,7 @@ import re
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,41 +35,51 @@ _notice_pending = True
 
 
 @contextlib.contextmanager
-def _native_notice_filtered() -> Iterator[None]:
-    """Hold fd 2 in a temp file while native code runs, then pass on all but the notice.
+def native_stderr_filtered(drop: Callable[[bytes], bool]) -> Iterator[list[bytes]]:
+    """Hold fd 2 in a temp file while native code runs, then pass on the lines drop() spares.
 
-    Real warnings and errors written meanwhile still reach stderr, only later. Once the
-    notice has been seen it cannot come again, and later calls redirect nothing.
+    Yields the list that receives the dropped lines. Real warnings and errors written
+    meanwhile still reach stderr, only later.
     """
+    dropped: list[bytes] = []
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable fd 2: nothing to filter
+        yield dropped
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield dropped
+        finally:
+            try:
+                sys.stderr.flush()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            held.seek(0)
+            kept: list[bytes] = []
+            for ln in held.read().splitlines(keepends=True):
+                (dropped if drop(ln) else kept).append(ln)
+            view = memoryview(b"".join(kept))
+            while view:
+                view = view[os.write(2, view) :]
+
+
+@contextlib.contextmanager
+def _native_notice_filtered() -> Iterator[None]:
+    """Drop LiteRT's delegate notice. Once it has been seen it cannot come again, and
+    later calls redirect nothing."""
     global _notice_pending
     if not _notice_pending:
         yield
         return
     with _notice_lock:
-        try:
-            sys.stderr.flush()
-            saved = os.dup(2)
-        except (OSError, ValueError):  # no usable fd 2: nothing to filter
+        with native_stderr_filtered(lambda ln: ln.rstrip(b"\r\n") in _NATIVE_NOTICES) as seen:
             yield
-            return
-        with tempfile.TemporaryFile() as held:
-            os.dup2(held.fileno(), 2)
-            try:
-                yield
-            finally:
-                try:
-                    sys.stderr.flush()
-                finally:
-                    os.dup2(saved, 2)
-                    os.close(saved)
-                held.seek(0)
-                lines = held.read().splitlines(keepends=True)
-                kept = b"".join(ln for ln in lines if ln.rstrip(b"\r\n") not in _NATIVE_NOTICES)
-                if len(kept) < sum(map(len, lines)):
-                    _notice_pending = False
-                view = memoryview(kept)
-                while view:
-                    view = view[os.write(2, view) :]
+        if seen:
+            _notice_pending = False
 
 
 def default_threads() -> int:
