@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,8 @@ def served(standin_models, tmp_path_factory):
     photos, index = root / "photos", root / "index"
     boxes = draw_photos(photos)
     build_index(photos, index, standin_models)
-    with TestClient(create_app(index, standin_models), base_url=BASE) as client:
+    # No masks made in the background: tests here count vision passes and cache files.
+    with TestClient(create_app(index, standin_models, prefetch_masks=0), base_url=BASE) as client:
         yield Served(client, photos, index, boxes)
 
 
@@ -343,6 +345,34 @@ def test_mask_of_red_on_a_red_image_boxes_the_red_region(served):
     after = served.get("/api/status").json()["masks"]
     assert after["vision_passes"] - before["vision_passes"] == 1
     assert after["decoder_runs"] - before["decoder_runs"] == 2
+
+
+def test_after_a_search_the_first_hits_masks_are_made_in_the_background(
+    standin_models, shapes, tmp_path
+):
+    build_index(shapes, tmp_path / "index", standin_models)
+    app = create_app(tmp_path / "index", standin_models, prefetch_masks=2)
+    with TestClient(app, base_url=BASE) as client:
+        hits = client.get("/api/search", params={"q": "red", "per_page": 10}).json()["hits"]
+        assert len(hits) >= 3
+
+        def masks() -> dict:
+            return client.get("/api/status").json()["masks"]
+
+        deadline = time.monotonic() + 120
+        while masks()["prefetched"] < 2:
+            assert time.monotonic() < deadline, masks()
+            time.sleep(0.05)
+        made = masks()
+        assert made["vision_passes"] == 2 and made["prefetch_queued"] == 0
+        opened = client.get(f"/api/mask/{hits[0]['id']}", params={"prompt": "red"}).json()
+        assert opened["cached"] is True  # ready before it was asked for
+        assert masks()["vision_passes"] == 2
+        third = client.get(f"/api/mask/{hits[2]['id']}", params={"prompt": "red"}).json()
+        assert third["cached"] is False  # beyond the first two: made on request
+        # An image query names no prompt: nothing is guessed.
+        client.get("/api/search", params={"like": hits[0]["id"]})
+        assert masks()["prefetch_queued"] == 0 and masks()["prefetched"] == 2
 
 
 def test_status(served):

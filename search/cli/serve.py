@@ -16,6 +16,7 @@ from wherein.search.cli.options import (
     raw_option,
     standin_banner,
 )
+from wherein.search.web import DEFAULT_PREFETCH_MASKS
 
 DEFAULT_PORT = 8765
 
@@ -98,8 +99,16 @@ def listen(host: str, port: int, explicit: bool) -> socket.socket:
     help="Size limit of INDEX/cache (thumbnails, previews, masks); least recently used go "
     "first [env WHEREIN_CACHE_MB; default: 512].",
 )
+@click.option(
+    "--prefetch-masks",
+    type=click.IntRange(min=0),
+    default=DEFAULT_PREFETCH_MASKS,
+    show_default=True,
+    help="After a text search, make the masks of this many first hits in the background, "
+    "so that opening one finds its mask ready (0: only when asked).",
+)
 @friendly_errors
-def serve(index_dir, models_dir, host, port, raw, cache_mb):
+def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
     """Start a local web app over an index: search, browse, see where each match is.
 
     \b
@@ -131,6 +140,7 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb):
             template=None if raw else SIGLIP_PROMPT_TEMPLATE,
             allowed_hosts=None if loopback else ["*"],
             cache_mb=cache_mb,
+            prefetch_masks=prefetch_masks,
         )
     except BaseException:
         sock.close()

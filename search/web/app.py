@@ -24,6 +24,7 @@ while the app runs show up in the next search, without a restart.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -47,7 +48,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from wherein.schemas.errors import IndexError_, ModelError, WhereinError
 from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import iso_time
-from wherein.search.web import schemas
+from wherein.search.web import DEFAULT_PREFETCH_MASKS, schemas
 from wherein.search.web.cache_limit import CacheJanitor, cache_limit_bytes
 from wherein.search.web.files import FileChanged, IndexedFile, NotFound
 from wherein.search.web.masks import KINDS, MaskService, clean_prompt
@@ -95,8 +96,11 @@ class WebState:
         models_dir: Path | None,
         template: str | None,
         cache_bytes: int | None = None,
+        prefetch_masks: int = DEFAULT_PREFETCH_MASKS,
     ) -> None:
         from wherein.search.api import open_index
+
+        self.prefetch_masks = prefetch_masks
 
         self.searcher = open_index(index_dir, models_dir, template=template)
         self.index_dir = self.searcher.store.dir
@@ -108,15 +112,18 @@ class WebState:
         self.previews = ResizedCache(
             self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85
         )
-        self.masks = MaskService(
-            self.searcher.models.root, self.cache_dir / "masks" if writable else None
-        )
         self.janitor = CacheJanitor(
             self.cache_dir, cache_bytes if cache_bytes is not None else cache_limit_bytes()
+        )
+        self.masks = MaskService(
+            self.searcher.models.root,
+            self.cache_dir / "masks" if writable else None,
+            on_added=self.janitor.added,
         )
         self._folders: tuple[tuple, list[dict]] | None = None
 
     def close(self) -> None:
+        self.masks.close()
         self.catalog.close()
         self.searcher.close()
 
@@ -160,12 +167,15 @@ def create_app(
     template: str | None = SIGLIP_PROMPT_TEMPLATE,
     allowed_hosts: list[str] | None = None,
     cache_mb: float | None = None,
+    prefetch_masks: int = DEFAULT_PREFETCH_MASKS,
 ) -> FastAPI:
     """The app over one index (opened now: a missing index fails here, not on the first request).
 
     allowed_hosts: Host header values accepted; default the loopback names, which
     stops DNS-rebinding pages from reading the API. ["*"] accepts any.
     cache_mb: size limit of INDEX/cache [env WHEREIN_CACHE_MB; default 512].
+    prefetch_masks: after a search, make the masks of this many first hits in the
+    background (the page opens a hit on its mask); 0: only on request.
     """
     from wherein.indexer import paths as P
 
@@ -174,6 +184,7 @@ def create_app(
         Path(models_dir) if models_dir else None,
         template,
         cache_limit_bytes(cache_mb),
+        prefetch_masks,
     )
 
     @asynccontextmanager
@@ -376,6 +387,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
             masks={
                 "vision_passes": state.masks.vision_passes,
                 "decoder_runs": state.masks.decoder_runs,
+                "prefetched": state.masks.prefetched,
+                "prefetch_queued": state.masks.prefetch_queued,
             },
         )
         return JSONResponse(info)
@@ -442,6 +455,9 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         total = len(hits) if min_probability is not None else None
         chunk = hits[end - per_page : end]
         prompt = next((t.value for t in query.text_terms if t.weight > 0), None)
+        if prompt and page == 1 and state.prefetch_masks > 0:
+            first = [h.id for h in chunk[: state.prefetch_masks]]
+            state.masks.prefetch([functools.partial(state.indexed, i) for i in first], prompt)
         return JSONResponse(
             {
                 "query": str(query),
@@ -496,9 +512,6 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         f = state.indexed(image_id)
         p = clean_prompt(prompt)
         entry = state.masks.get(f, p)
-        made = [v for v in entry.files.values() if isinstance(v, Path)]
-        if made and not entry.summary.get("cached"):
-            state.janitor.added([made[0].with_name(made[0].name.split(".", 1)[0] + ".json"), *made])
         qs = f"?prompt={quote(p)}&v={f.sha256[:16]}"
         return JSONResponse(
             {

@@ -7,18 +7,21 @@ per thread, and the web server's worker threads are many, so running it in
 each request's thread would load (and pack) the graphs again per worker.
 The vision pass (the expensive part) of the last few images is kept in memory
 (with the image decoded reduced, as a preview), so trying several prompts on
-one image costs one vision pass and one decoder run per prompt. The overlay is
+one image costs one vision pass and one decoder run per prompt. After a search,
+the masks of its first hits are made in the background (``prefetch``), behind
+any mask a user asks for, so that opening a hit usually finds its mask ready. The overlay is
 a preview (long side <= masking.PREVIEW_MAX_SIDE); the mask PNG is at the
 image's size. The prompt only reaches file names as a slug plus a hash.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE
 from wherein.search.localize.vision_cache import Seen, VisionCache
 from wherein.search.web.files import FileChanged, IndexedFile, read_verified
+from wherein.search.web.runner import LATER, NOW, PriorityRunner
 from wherein.search.web.thumbs import _write_atomic
 
 MAX_PROMPT_CHARS = 200
@@ -63,8 +67,14 @@ def prompt_key(prompt: str) -> str:
 
 class MaskService:
     def __init__(
-        self, models_root: Path, cache_dir: Path | None, threads: int | None = None
+        self,
+        models_root: Path,
+        cache_dir: Path | None,
+        threads: int | None = None,
+        on_added: Callable[[list[Path]], object] | None = None,
     ) -> None:
+        """on_added: told of each new entry's files, its .json first (the cache limit)."""
+        self.on_added = on_added
         self.models_root = Path(models_root)
         self.dir = cache_dir
         self.threads = threads
@@ -73,7 +83,8 @@ class MaskService:
         self._memory: OrderedDict[str, MaskEntry] = OrderedDict()
         self._lock = threading.Lock()
         self._image_locks: dict[str, threading.Lock] = {}
-        self._runner = ThreadPoolExecutor(1, thread_name_prefix="wherein-masks")
+        self._runner = PriorityRunner("wherein-masks")
+        self.prefetched = 0  # masks made ahead of being asked for
 
     @property
     def vision_passes(self) -> int:
@@ -97,7 +108,41 @@ class MaskService:
             entry = self._cached(f, pkey)
             if entry is not None:
                 return entry
-            return self._runner.submit(self._compute, f, prompt, pkey).result()
+            return self._runner.submit(lambda: self._ensure(f, prompt, pkey), NOW).result()
+
+    def prefetch(self, files: list[Callable[[], IndexedFile]], prompt: str) -> int:
+        """Make the masks of these hits in the background, after any asked-for mask.
+
+        files: callables resolving each hit (a catalog read), run on the mask thread so
+        that the search answering does not wait. Replaces the guesses of an earlier
+        search still queued. Returns how many were queued.
+        """
+        self._runner.drop(LATER)
+        try:
+            prompt = clean_prompt(prompt)
+        except BadPrompt:
+            return 0
+        pkey = prompt_key(prompt)
+
+        def guess(resolve: Callable[[], IndexedFile]) -> None:
+            try:
+                f = resolve()
+                if self._cached(f, pkey) is None:
+                    self._ensure(f, prompt, pkey)
+                    self.prefetched += 1
+            except (WhereinError, OSError):
+                pass  # a guess only: the click that asks for it reports the problem
+
+        for resolve in files:
+            self._runner.submit(functools.partial(guess, resolve), LATER)
+        return len(files)
+
+    @property
+    def prefetch_queued(self) -> int:
+        return self._runner.pending(LATER)
+
+    def close(self) -> None:
+        self._runner.close()
 
     # -- internals ---------------------------------------------------------------------
     def _folder(self, f: IndexedFile) -> Path | None:
@@ -121,6 +166,11 @@ class MaskService:
             return None
         return MaskEntry({**summary, "cached": True}, dict(files))
 
+    def _ensure(self, f: IndexedFile, prompt: str, pkey: str) -> MaskEntry:
+        """On the mask thread: the cached result, else a new one (a guess may have made it
+        while this request waited)."""
+        return self._cached(f, pkey) or self._compute(f, prompt, pkey)
+
     def _compute(self, f: IndexedFile, prompt: str, pkey: str) -> MaskEntry:
         from wherein.search.localize.masking import MaskResult
 
@@ -140,9 +190,10 @@ class MaskService:
                     path = folder / f"{pkey}.{suffix}"
                     _write_atomic(path, blobs[kind])
                     files[kind] = path
-                _write_atomic(
-                    folder / f"{pkey}.json", json.dumps(summary).encode()
-                )  # last: marks complete
+                meta = folder / f"{pkey}.json"
+                _write_atomic(meta, json.dumps(summary).encode())  # last: marks complete
+                if self.on_added is not None:
+                    self.on_added([meta, *(p for p in files.values() if isinstance(p, Path))])
                 return MaskEntry({**summary, "cached": False}, files)
             except OSError:
                 self.dir = None  # read-only index: keep results in memory from now on

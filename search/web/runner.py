@@ -1,0 +1,75 @@
+"""One worker thread that runs what a person waits for before what was guessed.
+
+The mask work must stay on one thread (a LiteRT graph keeps an interpreter per
+thread), so a click and a background guess share it. A task asked for now
+(priority NOW) always starts before any queued guess (LATER); a running task
+is never stopped, so a click waits at most for the one guess already running.
+A new round of guesses replaces the queued ones of the last round (the user
+ran another search: its hits matter, the old ones do not).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+NOW, LATER = 0, 1
+
+
+class PriorityRunner:
+    def __init__(self, name: str) -> None:
+        self._heap: list[tuple[int, int, Callable[[], Any], Future]] = []
+        self._order = itertools.count()
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], Any], priority: int = NOW) -> Future:
+        fut: Future = Future()
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("runner is closed")
+            heapq.heappush(self._heap, (priority, next(self._order), fn, fut))
+            self._cv.notify()
+        return fut
+
+    def drop(self, priority: int) -> int:
+        """Cancel the queued (not yet running) tasks of one priority; returns how many."""
+        with self._cv:
+            keep = [t for t in self._heap if t[0] != priority]
+            gone = [t for t in self._heap if t[0] == priority]
+            self._heap = keep
+            heapq.heapify(self._heap)
+        for t in gone:
+            t[3].cancel()
+        return len(gone)
+
+    def pending(self, priority: int) -> int:
+        with self._cv:
+            return sum(1 for t in self._heap if t[0] == priority)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self.drop(LATER)
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap and not self._closed:
+                    self._cv.wait()
+                if not self._heap:
+                    return  # closed and drained
+                _, _, fn, fut = heapq.heappop(self._heap)
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed to whoever waits on the future
+                fut.set_exception(exc)
