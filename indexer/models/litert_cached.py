@@ -14,9 +14,10 @@ the Interpreter instead (``open_cached`` returns None).
 
 XNNPACK keys packed weights by their place in the graph, not their bytes, so a
 cache must never outlive its graph: the file name carries a digest of the graph's
-size, mtime_ns and the manifest's sha256, and caches of earlier versions beside it
-are deleted when a new one is written. A new cache is written under a temporary
-name and renamed when complete, so a concurrent start never maps half a file.
+size, mtime_ns, the manifest's sha256 and the LiteRT version, and caches of earlier
+versions beside it are deleted when a new one is written. A new cache is written
+under a temporary name and renamed when complete, so a concurrent start never maps
+half a file.
 """
 
 from __future__ import annotations
@@ -48,8 +49,13 @@ def native_logs_filtered() -> contextlib.AbstractContextManager[list[bytes]]:
 
 
 def cache_name(graph: Path, fingerprint: str = "") -> str:
+    """The graph's version and the runtime's: another LiteRT never opens (and rewrites in
+    place) a cache that a running process of this one has mapped."""
+    import ai_edge_litert
+
     st = graph.stat()
-    key = f"{st.st_size}:{st.st_mtime_ns}:{fingerprint}".encode()
+    runtime = getattr(ai_edge_litert, "__version__", "")
+    key = f"{st.st_size}:{st.st_mtime_ns}:{fingerprint}:{runtime}".encode()
     return f"{graph.name}.{hashlib.sha256(key).hexdigest()[:16]}{CACHE_SUFFIX}"
 
 
