@@ -297,7 +297,9 @@ class IndexedBPE:
                 a["merge_splits"][start:stop].tolist(),
                 strict=True,
             ):
-                merges.append((rank, token[:split], token[split:]))
+                left, right = token[:split], token[split:]
+                if left in vocab and right in vocab:  # else a part is never a symbol here
+                    merges.append((rank, left, right))
         merges.sort()
         model = dict(self._shell["model"], vocab=vocab, merges=[[x, y] for _, x, y in merges])
         spec = dict(self._shell, model=model)

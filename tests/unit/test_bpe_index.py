@@ -199,3 +199,17 @@ def test_models_the_index_cannot_serve_load_in_full(tmp_path):
     content = hf_tokens(tmp_path / "tokenizer.json")
     assert isinstance(content, HFTokens)
     assert content.encode("red car") == [1, 2]
+
+
+def test_a_special_token_that_merges_also_form_needs_no_other_entries(tmp_path):
+    # "<eos>" is kept in every subset; its merges' parts are not substrings of "seo".
+    chars = ["<", ">", "e", "o", "s"]
+    vocab = {t: i for i, t in enumerate(["<unk>", *chars, "<e", "<eo", "s>", "<eos>", "se"])}
+    merges = [("<", "e"), ("<e", "o"), ("s", ">"), ("<eo", "s>"), ("s", "e")]
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>"))
+    tok.add_special_tokens(["<eos>"])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    fast = IndexedBPE(ensure_index(tmp_path / "tokenizer.json"))
+    full = HFTokens(tmp_path / "tokenizer.json")
+    for text in ("seo", "se<eos>o", "<e", "s>"):
+        assert fast.encode(text) == full.encode(text)
