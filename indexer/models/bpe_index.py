@@ -221,8 +221,11 @@ def ensure_index(asset: Path) -> Path | None:
 class IndexedBPE:
     """encode(text) -> content ids, equal to Tokenizer.from_file(asset).encode(text, False).ids."""
 
-    def __init__(self, index: Path) -> None:
+    def __init__(self, index: Path, asset: Path | None = None) -> None:
         from tokenizers import Tokenizer
+
+        self._asset = asset  # loaded in full only if a subset ever fails to build
+        self._full: Any = None
 
         with index.open("rb") as f:
             header, start = _read_header(f)
@@ -306,4 +309,12 @@ class IndexedBPE:
         return self._tokenizer_cls.from_str(json.dumps(spec, ensure_ascii=False))
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer_for(text).encode(text, add_special_tokens=False).ids
+        try:
+            tokenizer = self.tokenizer_for(text)
+        except Exception:  # noqa: BLE001 - a subset tokenizers refuses: the full one is exact
+            if self._asset is None:
+                raise
+            if self._full is None:
+                self._full = self._tokenizer_cls.from_file(str(self._asset))
+            tokenizer = self._full
+        return tokenizer.encode(text, add_special_tokens=False).ids

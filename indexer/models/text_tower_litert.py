@@ -168,7 +168,7 @@ def hf_tokens(path: Path) -> IndexedBPE | HFTokens:
     index = ensure_index(path)
     if index is not None:
         try:
-            return IndexedBPE(index)
+            return IndexedBPE(index, path)
         except Exception:  # noqa: BLE001 - any fault in the shortcut: the full load is exact
             pass
     return HFTokens(path)

@@ -213,3 +213,15 @@ def test_a_special_token_that_merges_also_form_needs_no_other_entries(tmp_path):
     full = HFTokens(tmp_path / "tokenizer.json")
     for text in ("seo", "se<eos>o", "<e", "s>"):
         assert fast.encode(text) == full.encode(text)
+
+
+def test_a_subset_that_fails_to_build_falls_back_to_the_full_tokenizer(tmp_path, monkeypatch):
+    asset = _gemma_like(tmp_path / "tokenizer.json")
+    fast = hf_tokens(asset)
+    assert isinstance(fast, IndexedBPE)
+
+    def refuse(text):
+        raise Exception("MergeTokenOutOfVocabulary")  # what tokenizers raises
+
+    monkeypatch.setattr(fast, "tokenizer_for", refuse)
+    assert fast.encode("a red car") == HFTokens(asset).encode("a red car")
