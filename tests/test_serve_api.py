@@ -132,6 +132,10 @@ def test_min_probability_and_folder_filters(served):
     assert body["total"] == 2 and set(names(body["hits"])) == {"red_square.jpg", "red_disc.png"}
     nested = served.get("/api/search", q="blue", under=str(served.photos / "nested")).json()["hits"]
     assert set(names(nested)) == {"blue_wide.webp", "yellow.gif"}
+    assert served.get("/api/search", q="blue").json()["warnings"] == []
+    elsewhere = served.get("/api/search", q="blue", under="/nowhere/at/all").json()
+    assert elsewhere["hits"] == []
+    assert len(elsewhere["warnings"]) == 1 and "/nowhere/at/all" in elsewhere["warnings"][0]
     folders = served.get("/api/folders").json()["folders"]
     assert {f["folder"]: f["count"] for f in folders} == {
         str(served.photos): 4,

@@ -468,6 +468,7 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
                 "total": total,
                 "hits": [{**h.to_dict(), **_urls(h.id, h.sha256)} for h in chunk],
                 "timings": {k: round(v, 2) for k, v in state.searcher.last_timings.items()},
+                "warnings": list(state.searcher.last_warnings),
                 "standin": state.searcher.models.is_standin,
             }
         )

@@ -109,7 +109,9 @@ function renderGrid(r) {
   const first = (r.page - 1) * r.per_page + 1;
   const last = first + r.hits.length - 1;
   const of = r.total !== null ? ` of ${r.total}` : r.has_more ? "" : ` of ${last}`;
-  setMessage(r.hits.length ? `Hits ${first}–${last}${of} for ${r.query}` : "");
+  const said = r.hits.length ? `Hits ${first}–${last}${of} for ${r.query}` : "";
+  const warned = (r.warnings || []).join(" ");
+  setMessage([said, warned].filter(Boolean).join(" · "), !r.hits.length && !!warned);
   $("pager").hidden = r.page === 1 && !r.has_more;
   $("prev").disabled = r.page <= 1;
   $("next").disabled = !r.has_more;
