@@ -145,6 +145,38 @@ def test_embed_joins_token_cluster_with_default_token_file(head, photos, standin
 
 
 @pytest.mark.slow
+def test_select_masks_on_a_token_cluster_as_the_local_engine(head, standin_models, tmp_path):
+    """`select --mask --engine ray --ray-address`: joined as embed joins, same COCO as local."""
+    import json
+
+    from conftest import draw_shape
+
+    address, token, _root = head
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(token + "\n")
+    for i, size in enumerate([(320, 240), (700, 500), (200, 300)]):
+        draw_shape(tmp_path / "reds" / f"r{i}.png", "red", size=size)
+    env = _clean_env(home, WHEREIN_MODELS=str(standin_models), WHEREIN_INDEX=str(tmp_path / "i"))
+
+    def wherein(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "wherein.search.cli", *args]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+    assert wherein("index", str(tmp_path / "reds"), "-q").returncode == 0
+    sel = ["select", "red", "-p", "0.1", "--mask", "--json", "--export"]
+    local = wherein(*sel, str(tmp_path / "l.coco.json"), "--out", str(tmp_path / "m"))
+    assert local.returncode == 0, local.stderr[-3000:]
+    res = wherein(*sel, str(tmp_path / "r.coco.json"), "--engine", "ray", "--ray-address", address)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"ray: joining {address} with the auth token from ~/.ray/auth_token" in res.stderr
+    docs = [json.loads((tmp_path / f"{e}.coco.json").read_text()) for e in ("l", "r")]
+    for doc in docs:
+        doc["info"].pop("date_created")
+    assert docs[0] == docs[1] and len(docs[0]["annotations"]) == 3
+
+
+@pytest.mark.slow
 def test_wrong_token_is_one_line(head, photos, standin_models, tmp_path):
     address, token, _root = head
     home = tmp_path / "home"
