@@ -76,8 +76,12 @@ def test_no_usable_runtime_means_none(graph, monkeypatch):
         raise AttributeError("private wrapper changed")
 
     monkeypatch.setattr(litert_cached.CachedGraph, "__init__", broken)
+    elsewhere = graph.parent / "user-cache"
+    beside = litert_cached.cache_locations(graph)[0]
+    monkeypatch.setattr(litert_cached, "cache_locations", lambda g, f="": [beside, elsewhere / "c"])
     assert open_cached(graph, 2) is None
     assert not _caches(graph.parent)
+    assert not elsewhere.exists()  # a runtime fault is not a folder's: nothing tried elsewhere
 
 
 def test_the_runtime_chatter_stays_off_stderr(graph):

@@ -202,9 +202,9 @@ def open_cached(graph: Path, num_threads: int, fingerprint: str = "") -> CachedG
     """The graph with its weight cache (written on first use), or None: use the Interpreter."""
     for cache in cache_locations(graph, fingerprint):
         if not cache.is_file() and not _writable(cache.parent):
-            continue
+            continue  # a read-only models folder: the user cache
         try:
             return CachedGraph(graph, cache, num_threads)
         except Exception:  # noqa: BLE001 - private API, or no space: the Interpreter is exact
-            continue
+            return None
     return None
