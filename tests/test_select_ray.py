@@ -4,6 +4,7 @@ shards, merged into the same label export the local engine writes."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -125,6 +126,30 @@ def test_ray_engine_writes_the_local_engines_coco(
         {k: h.get(k) for k in fields} for h in local_hits
     ]
     assert not (tmp_path / "red.coco.json.work").exists()  # removed after the merge
+
+
+def tree(root: Path) -> dict[str, bytes | str]:
+    """Every file of a folder export: bytes, or a link's target; data.yaml without its own path."""
+    out: dict[str, bytes | str] = {}
+    for f in sorted(root.rglob("*")):
+        rel = str(f.relative_to(root))
+        if f.is_symlink():
+            out[rel] = os.readlink(f)
+        elif f.is_file():
+            data = f.read_bytes()
+            out[rel] = data.replace(str(root).encode(), b"DEST") if f.name == "data.yaml" else data
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["yolo", "masks"])
+def test_folder_exports_are_the_local_engines_too(world, ray_local, tmp_path, monkeypatch, fmt):
+    from wherein.search.curate import masks_at_scale
+
+    monkeypatch.setattr(masks_at_scale, "SHARD_IMAGES", 4)
+    select(world, tmp_path / f"local.{fmt}", "--out", tmp_path / "m")
+    select(world, tmp_path / f"ray.{fmt}", "--engine", "ray")
+    local, ray = tree(tmp_path / f"local.{fmt}"), tree(tmp_path / f"ray.{fmt}")
+    assert len(local) >= len(REDS) and local == ray
 
 
 def test_a_killed_run_resumes_with_only_the_missing_shards(
