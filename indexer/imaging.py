@@ -11,9 +11,13 @@ import io
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+if TYPE_CHECKING:
+    from wherein.indexer.photometa import PhotoMeta  # photometa imports this module
 
 from wherein.schemas.models import (
     CLIPSEG_IMAGE_SIZE,
@@ -175,6 +179,7 @@ class Prepared:
     height: int = 0
     pixels: np.ndarray | None = None  # [3,224,224] float32; None when error is set
     error: str = ""
+    photo: PhotoMeta | None = None  # EXIF from the same bytes (the index run stores it)
 
 
 def prepare_for_siglip(data: bytes, draft: bool = JPEG_DRAFT, mtime_ns: int = 0) -> Prepared:

@@ -14,6 +14,7 @@ is set only when the camera wrote OffsetTimeOriginal.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
@@ -58,16 +59,30 @@ def read_photo_meta(path: str | Path) -> PhotoMeta | None:
     """The metadata of one file: empty when it has no EXIF, None when it cannot be read now."""
     try:
         with Image.open(path) as im:
-            exif = im.getexif()
-            base = dict(exif)
-            sub = _ifd(exif, EXIF_IFD)
-            gps = _ifd(exif, GPS_IFD)
+            return _meta_of(im)
     except OSError as exc:
         if isinstance(exc, UnidentifiedImageError):
             return PhotoMeta()  # indexed, yet Pillow cannot parse its header: no metadata
         return None  # gone, unmounted, no permission: try again on a later run
     except Exception:  # metadata is best effort; the indexer judges the pixels
         return PhotoMeta()
+
+
+def photo_meta_from_bytes(data: bytes) -> PhotoMeta:
+    """The metadata in a file's bytes already in memory (the index run's read): a header
+    parse, no second open of the file. Empty when there is none or it cannot be parsed."""
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return _meta_of(im)
+    except Exception:  # metadata is best effort; the indexer judges the pixels
+        return PhotoMeta()
+
+
+def _meta_of(im: Image.Image) -> PhotoMeta:
+    exif = im.getexif()
+    base = dict(exif)
+    sub = _ifd(exif, EXIF_IFD)
+    gps = _ifd(exif, GPS_IFD)
     taken, offset = _date(sub.get(_DATE_ORIGINAL)), _offset(sub.get(_OFFSET_ORIGINAL))
     if taken is None:
         taken, offset = _date(sub.get(_DATE_DIGITIZED)), _offset(sub.get(_OFFSET_DIGITIZED))

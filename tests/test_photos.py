@@ -300,6 +300,28 @@ def test_older_index_is_backfilled_without_re_embedding(photos, env):
     assert again["photo_metadata_read"] == 0  # read once, not on every run
 
 
+def test_new_photos_metadata_comes_from_the_read_that_embeds_them(env, tmp_path, monkeypatch):
+    """One open per new file: the EXIF is parsed from the bytes the run hashed and decoded,
+    so the metadata pass (which opens files again) has nothing left to do."""
+    from wherein.indexer import photometa
+
+    root = tmp_path / "new"
+    draw_shape(root / "a.jpg", "red", exif=exif("Canon", "Canon EOS R5", "2024:06:15 14:03:22"))
+    draw_shape(root / "b.jpg", "blue", exif=exif("SONY", "ILCE-7M3", "2023:01:02 03:04:05"))
+    draw_shape(root / "plain.png", "green")  # no EXIF: an empty row, not a second read
+
+    def reopened(path):
+        raise AssertionError(f"{path} was opened a second time for its metadata")
+
+    monkeypatch.setattr(photometa, "read_photo_meta", reopened)
+    out = json.loads(run("index", root, "--json").stdout)
+    assert out["embedded"] == 3 and out["photo_metadata_read"] == 3
+    hits = {Path(h["path"]).name: h for h in hits_json("red", "-k", "3")}
+    assert hits["a.jpg"]["camera"] == "Canon EOS R5" and hits["b.jpg"]["camera"] == "SONY ILCE-7M3"
+    assert hits["a.jpg"]["taken"] == "2024-06-15T14:03:22"
+    assert hits["plain.png"]["camera"] is None and hits["plain.png"]["taken_source"] == "mtime"
+
+
 def test_a_changed_photo_is_read_again(photos):
     draw_shape(
         photos / "paris.jpg",

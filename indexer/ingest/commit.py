@@ -47,13 +47,22 @@ def record(path: str, p: Prepared, model_id: str, now: str) -> dict:
     }
 
 
-def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> None:
+def photo_row(image_id: int, p: Prepared) -> dict | None:
+    """The photos row for an image committed from p, when its EXIF was read with its bytes."""
+    if p.photo is None:
+        return None
+    return {"image_id": image_id, "size": p.size, "mtime_ns": p.mtime_ns, **p.photo.as_dict()}
+
+
+def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> int:
+    """Returns how many photo-metadata rows it stored with the images."""
     # Donors are never written by this run before the end (plan.py), so reading
     # their vectors before the transaction is safe.
     donors = [s.item.decision.named_row for s in steps if s.item.decision.kind is Kind.COPY]
     ids, vecs = cat.vectors_for(donors) if donors else ((), ())
     donor_vector = {int(i): v for i, v in zip(ids, vecs, strict=True)}
     now = now_iso()
+    photos: list[dict] = []
     with cat.transaction():
         changed = False
         for s in steps:
@@ -64,18 +73,25 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
             if old is not None and d.kind is not Kind.TOUCH:  # the path's row is replaced
                 cat.delete_images([old.id])
                 changed = True
+            image_id: int | None = None
             if d.kind is Kind.TOUCH:
-                cat.touch(d.named_row, p.size, p.mtime_ns)
+                cat.touch(image_id := d.named_row, p.size, p.mtime_ns)
             elif d.kind is Kind.MOVE:
-                cat.relink(d.named_row, path, p.size, p.mtime_ns)
+                cat.relink(image_id := d.named_row, path, p.size, p.mtime_ns)
             elif d.kind is Kind.SKIP:
                 cat.record_skip(path, d.reason, p.size, p.mtime_ns, now)
             else:
                 vector = s.vector if d.kind is Kind.EMBED else donor_vector[d.named_row]
-                cat.insert_image(record(path, p, model_id, now), vector)
+                image_id = cat.insert_image(record(path, p, model_id, now), vector)
                 changed = True
+            row = photo_row(image_id, p) if image_id is not None else None
+            if row is not None:
+                photos.append(row)
+        if photos:
+            cat.store_photos(photos)
         if changed:
             cat.bump_generation()
+    return len(photos)
 
 
 def finish(cat: Catalog, plan: Plan, claimed: set[int]) -> int:

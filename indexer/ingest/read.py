@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare_for_siglip, read_error
 from wherein.indexer.ingest.walk import FoundFile
+from wherein.indexer.photometa import photo_meta_from_bytes
 
 
 @dataclass(frozen=True)
@@ -64,4 +65,8 @@ def load_file(found: FoundFile, draft: bool = JPEG_DRAFT) -> Prepared | Unsettle
     except OSError as exc:
         # Unopenable: the walk's stat is all there is, and it is what the next run compares.
         return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
-    return prepare_for_siglip(data, draft, mtime_ns)
+    prepared = prepare_for_siglip(data, draft, mtime_ns)
+    if not prepared.error:
+        # From the bytes in hand: the metadata pass after the run never reopens this file.
+        prepared.photo = photo_meta_from_bytes(data)
+    return prepared

@@ -95,7 +95,9 @@ class _Run:
         return Step(Routed(work, read, d), pixels)
 
     def commit(self, steps: list[Step[Routed]]) -> None:
-        commit_batch(self.indexer.store.catalog, steps, self.indexer.tower.model_id)
+        self.stats.photos += commit_batch(
+            self.indexer.store.catalog, steps, self.indexer.tower.model_id
+        )
         for s in steps:
             self.stats.count(s.item.decision.kind)
         if self.progress:
@@ -169,9 +171,9 @@ class Indexer:
         try:
             run_pipeline(p.todo, r.load, r.route, r.commit, self.tower, self.workers, self.policy)
             stats.deleted = finish(cat, p, r.claimed)
-            # EXIF of what this run added or changed, and of rows indexed before the photos
-            # table existed: headers only, nothing re-embedded.
-            stats.photos = fill_photos(cat, self.workers)
+            # What this run read went in with its rows; this reads the EXIF of rows indexed
+            # before the photos table existed (headers only, nothing re-embedded).
+            stats.photos += fill_photos(cat, self.workers)
         except KeyboardInterrupt:
             stats.interrupted = True
         finally:
