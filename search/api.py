@@ -36,7 +36,8 @@ against the catalog's vectors (float32; float16 in vectors.f16 for an index from
 ``exists=False`` (stale entries; re-run `wherein index` to drop them).
 ``Searcher.last_timings`` holds the split of the last search (sync, encode, ann, join, total; ms);
 ``Searcher.last_warnings`` what the user should hear about it (an ``under`` folder holding no
-indexed image: outside every folder the index covers, say), one line each.
+indexed image: outside every folder the index covers, say), one line each. Both are per
+thread: a server's threads sharing one Searcher each read their own search's.
 The text tower loads on the first text query, the image tower on the first
 ``--like`` of a file that is not in the index; both once per process.
 
@@ -109,10 +110,25 @@ class Searcher:
         self.store = store
         self.models = models
         self.template = template
-        self.last_timings: dict[str, float] = {}
-        self.last_warnings: list[str] = []
+        self._last = threading.local()
         self._image_tower = None
         self._lock = threading.RLock()
+
+    @property
+    def last_timings(self) -> dict[str, float]:
+        return getattr(self._last, "timings", {})
+
+    @last_timings.setter
+    def last_timings(self, value: dict[str, float]) -> None:
+        self._last.timings = value
+
+    @property
+    def last_warnings(self) -> list[str]:
+        return getattr(self._last, "warnings", [])
+
+    @last_warnings.setter
+    def last_warnings(self, value: list[str]) -> None:
+        self._last.warnings = value
 
     # -- lifecycle ------------------------------------------------------------
     def close(self) -> None:

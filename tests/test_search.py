@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -109,6 +110,30 @@ def test_min_probability_returns_all_matches_not_just_top_k(env, shapes):
 def test_min_score_is_a_cosine_cut(indexed):
     hits = search_json("green", "--min-score", "0.3")
     assert names(hits) == ["green.bmp"]
+
+
+def test_each_thread_reads_its_own_searchs_warnings(indexed, env):
+    """A server's request threads share one Searcher: a warning belongs to the search that
+    caused it, not to whichever search ran last."""
+    seen: dict[str, list[str]] = {}
+    searched = threading.Barrier(2)
+    with open_index(env["index"], env["models"]) as s:
+
+        def ask(name: str, under: str | None) -> None:
+            s.search("red", k=1, under=under)
+            searched.wait(timeout=60)  # both searches done before either reads
+            seen[name] = list(s.last_warnings)
+
+        threads = [
+            threading.Thread(target=ask, args=("elsewhere", "/nowhere/at/all")),
+            threading.Thread(target=ask, args=("anywhere", None)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    assert seen["anywhere"] == []
+    assert len(seen["elsewhere"]) == 1 and "/nowhere/at/all" in seen["elsewhere"][0]
 
 
 def test_under_and_glob_filters_still_return_k(indexed):
