@@ -17,7 +17,6 @@ over every vector.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -32,36 +31,10 @@ SHARD = 25_000
 
 def write_dir(out: Path, vecs: np.ndarray, prefix: str) -> None:
     """An embed directory holding ``vecs`` (uris /synthetic/PREFIX/N.jpg)."""
-    import pyarrow as pa
-
     from wherein.indexer.scale import shards as S
 
-    n = len(vecs)
-    plan = S.Plan(out, SHARD, n, "bench:synthetic", "bench", DIM, [prefix])
-    (out / S.SHARD_DIR).mkdir(parents=True, exist_ok=True)
-    for i in range(plan.shards):
-        k = plan.shard_count(i)
-        ids = np.arange(i * SHARD + 1, i * SHARD + k + 1, dtype=np.int64)
-        t = pa.table(
-            {
-                "id": ids,
-                "uri": [f"/synthetic/{prefix}/{j}.jpg" for j in ids],
-                "size": np.zeros(k, np.int64),
-                "mtime_ns": np.zeros(k, np.int64),
-                "sha256": [""] * k,
-                "width": np.zeros(k, np.int32),
-                "height": np.zeros(k, np.int32),
-                "embedding": pa.FixedSizeListArray.from_arrays(
-                    pa.array(vecs[ids - 1].reshape(-1)), DIM
-                ),
-            },
-            schema=S.shard_schema(DIM),
-        )
-        parquet, errs, done = S.shard_paths(out, i)
-        S.write_parquet_atomic(S.error_schema().empty_table(), errs)
-        S.write_parquet_atomic(t, parquet)
-        done.write_text(json.dumps({"rows": k, "errors": 0, "written_at": time.time()}))
-    S.write_manifest(plan)
+    plan = S.Plan(out, SHARD, len(vecs), "bench:synthetic", "bench", DIM, [prefix])
+    S.write_vectors(plan, vecs, [f"/synthetic/{prefix}/{j}.jpg" for j in range(1, len(vecs) + 1)])
 
 
 def clustered(rng, centres: np.ndarray, n: int) -> np.ndarray:

@@ -6,7 +6,6 @@ Embedding uses the local engine (no Ray): what is under test is the index build.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -133,37 +132,12 @@ def test_append_reuses_quantizer_and_finds_new_images(
 
 
 def _vector_dir(out: Path, vecs: np.ndarray, prefix: str) -> Path:
-    """An embed directory holding these vectors (as `wherein embed` writes it), 50 per shard."""
-    import pyarrow as pa
-
+    """An embed directory holding these vectors, 50 per shard, written by `wherein embed`'s
+    own shard writer (uris /synthetic/PREFIX/N.jpg, ids from 1)."""
     from wherein.indexer.scale import shards as S
 
-    n, dim = vecs.shape
-    plan = S.Plan(out, 50, n, "standin:synthetic", "standin", dim, [prefix])
-    (out / S.SHARD_DIR).mkdir(parents=True, exist_ok=True)
-    for i in range(plan.shards):
-        k = plan.shard_count(i)
-        ids = np.arange(i * 50 + 1, i * 50 + k + 1, dtype=np.int64)
-        t = pa.table(
-            {
-                "id": ids,
-                "uri": [f"/synthetic/{prefix}/{j}.jpg" for j in ids],
-                "size": np.zeros(k, np.int64),
-                "mtime_ns": np.zeros(k, np.int64),
-                "sha256": [""] * k,
-                "width": np.zeros(k, np.int32),
-                "height": np.zeros(k, np.int32),
-                "embedding": pa.FixedSizeListArray.from_arrays(
-                    pa.array(vecs[ids - 1].reshape(-1)), dim
-                ),
-            },
-            schema=S.shard_schema(dim),
-        )
-        parquet, errs, done = S.shard_paths(out, i)
-        S.write_parquet_atomic(S.error_schema().empty_table(), errs)
-        S.write_parquet_atomic(t, parquet)
-        done.write_text(json.dumps({"rows": k, "errors": 0, "written_at": time.time()}))
-    S.write_manifest(plan)
+    plan = S.Plan(out, 50, len(vecs), "standin:synthetic", "standin", vecs.shape[1], [prefix])
+    S.write_vectors(plan, vecs, [f"/synthetic/{prefix}/{j}.jpg" for j in range(1, len(vecs) + 1)])
     return out
 
 

@@ -20,6 +20,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -302,6 +303,19 @@ class ShardWriter:
     @property
     def unfinished(self) -> list[int]:
         return sorted(self.rows)
+
+
+def write_vectors(plan: Plan, vectors: np.ndarray, uris: Sequence[str]) -> None:
+    """A complete embed directory of vectors made elsewhere (ids 1..n, in plan's shards),
+    written as `wherein embed` writes its own: for vectors with no file behind them to
+    read, such as benchmarks' synthetic collections."""
+    (plan.out / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+    writer = ShardWriter(plan, list(range(plan.shards)))
+    for i, (uri, vector) in enumerate(zip(uris, vectors, strict=True)):
+        row = {"id": i + 1, "uri": uri, "size": 0, "mtime_ns": 0, "sha256": "", "width": 0,
+               "height": 0, "error": "", "embedding": vector}  # fmt: skip
+        writer.add(i // plan.shard_size, row)
+    write_manifest(plan)
 
 
 def write_manifest(plan: Plan) -> dict:
