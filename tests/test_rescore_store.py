@@ -88,3 +88,31 @@ def test_float32_index_stays_float32_on_append(tmp_path, monkeypatch):
     _cli("build-index", str(b), "--index", str(index), "--append")
     assert not (index / "vectors.f16").exists()
     assert _check(index)["images"] == 150
+
+
+def test_status_check_finds_a_short_or_holed_vector_file(tmp_path):
+    """A vectors.f16 cut short (disk trouble, a bad copy) or with a hole reads as zero vectors;
+    `status --check` says so instead of passing."""
+    from click.testing import CliRunner
+
+    from wherein.indexer.scale.build_index import build_index
+    from wherein.search.cli import cli
+
+    index = tmp_path / "idx"
+    build_index([_vector_dir(tmp_path / "a", _clustered(1200, seed=6), "a")], index)
+    _check(index)
+    f16 = index / "vectors.f16"
+    row = DIM * 2
+
+    def check() -> tuple[int, str]:
+        res = CliRunner().invoke(cli, ["status", "--check", "--index", str(index)])
+        return res.exit_code, res.output
+
+    with f16.open("r+b") as f:
+        f.write(bytes(8 * row))  # ids 1-8: the check samples the first id and every few
+    code, out = check()
+    assert code == 1 and "sampled vectors are empty" in out, out
+    with f16.open("r+b") as f:
+        f.truncate(1000 * row)
+    code, out = check()
+    assert code == 1 and "1000 rows" in out and "up to id 1200" in out, out

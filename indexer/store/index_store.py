@@ -168,6 +168,8 @@ class IndexStore:
             rep.fail("FAISS vectors come from another model than the catalog")
         if on_disk.dim != dim and want.size:
             rep.fail(f"FAISS dimension {on_disk.dim} != catalog dimension {dim}")
+        if want.size and cat.vector_file is not None:
+            self._check_vector_file(rep, cat.vector_file, want, dim)
         if want.size and rep.ok and on_disk.choice and on_disk.choice.kind == "flat":
             sample = want[:: max(1, len(want) // 64)]
             ids, vecs = cat.vectors_for(sample)
@@ -177,6 +179,20 @@ class IndexStore:
             if not np.allclose(from_faiss, unit_rows(vecs), atol=atol):
                 rep.fail("FAISS vectors differ from the catalog's embeddings")
         return rep
+
+    def _check_vector_file(self, rep: CheckReport, path: Path, ids: np.ndarray, dim: int) -> None:
+        """vectors.f16 holds a row for every embedded id (a missing row reads as zeros, and
+        search would re-score that image with a zero vector)."""
+        rows = path.stat().st_size // (dim * 2) if path.exists() else 0
+        if rows < int(ids.max()):
+            rep.fail(f"{path}: {rows} rows, but the catalog has vectors up to id {int(ids.max())}")
+            return
+        sample = ids[:: max(1, len(ids) // 256)]
+        _, vecs = self.catalog.vectors_for(sample)
+        norms = np.linalg.norm(vecs, axis=1)
+        blank = int(np.sum(~np.isfinite(norms) | (norms < 1e-6)))
+        if blank:
+            rep.fail(f"{path}: {blank} of {len(sample)} sampled vectors are empty or not finite")
 
 
 def _take_lock(d: Path, wait: bool, on_wait: Callable[[str], object] | None) -> int:
