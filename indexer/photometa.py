@@ -18,7 +18,7 @@ import io
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -162,7 +162,11 @@ def _gps(gps: dict[int, Any]) -> tuple[float | None, float | None]:
 
 
 def fill_photos(
-    catalog, workers: int = 4, batch: int = 256, progress: Callable[[int], object] | None = None
+    catalog,
+    workers: int = 4,
+    batch: int = 256,
+    progress: Callable[[int], object] | None = None,
+    under: Sequence[str] | None = None,
 ) -> int:
     """Read the metadata of every image that lacks it (new, changed, or indexed before the
     photos table existed) and store it; returns the rows written.
@@ -170,9 +174,10 @@ def fill_photos(
     Nothing is embedded: this is the backfill of an older index too. A file whose size or
     mtime no longer match its row is left for the run that re-indexes it; a file that
     cannot be read now is tried again next time. Each batch commits on its own, so an
-    interrupted fill keeps what it stored.
+    interrupted fill keeps what it stored. under: only images in or below these folders
+    (an index run's roots: a run over one folder never scans the whole catalog).
     """
-    todo = catalog.photos_to_read()
+    todo = catalog.photos_to_read(under)
     written = 0
     with ThreadPoolExecutor(max(1, workers), thread_name_prefix="wherein-exif") as pool:
         for start in range(0, len(todo), batch):

@@ -73,6 +73,25 @@ def test_rerun_embeds_nothing(env, shapes):
     assert again["embedded"] == 0 and again["unchanged"] == 6 and again["images"] == 6
 
 
+def test_a_run_over_one_folder_copies_vectors_from_the_rest_and_keeps_it(env, shapes):
+    """A run over a subfolder (what a watch batch is) plans from that folder's rows only,
+    yet a file identical to one indexed elsewhere reuses its vector, and nothing outside
+    the folder is deleted or re-read."""
+    index_json(shapes)
+    before = catalog_paths(env["index"])
+    shutil.copyfile(shapes / "red_disc.png", shapes / "nested" / "copy.png")
+    (shapes / "green.bmp").unlink()  # outside the folder run below: left for a full run
+    r = index_json(shapes / "nested")
+    assert (r["embedded"], r["copied"], r["deleted"], r["unchanged"]) == (0, 1, 0, 2)
+    after = catalog_paths(env["index"])
+    assert str(shapes / "green.bmp") in after
+    assert {p: i for p, i in after.items() if p in before} == before
+    assert np.array_equal(
+        vector_of(env["index"], shapes / "nested" / "copy.png"),
+        vector_of(env["index"], shapes / "red_disc.png"),
+    )
+
+
 def test_new_changed_moved_deleted(env, shapes):
     index_json(shapes)
     before = catalog_paths(env["index"])

@@ -20,12 +20,15 @@ Invariants:
 - Each gone row is claimed by at most one move, so byte-identical files moved
   together each keep their own row.
 - A copy's donor is a row this run cannot delete or replace before the copy is
-  committed: a gone row (deleted only at the very end) or an unchanged one.
+  committed: a gone row (deleted only at the very end) or an unchanged one. Rows
+  outside the walked roots are never touched by the run: the caller may offer them
+  as donors (``outside_donor``) instead of loading every row of the catalog, so a
+  run over one folder costs that folder, not the index.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
@@ -69,6 +72,8 @@ class Plan:
     forget_skips: tuple[str, ...]  # skip entries whose file is gone
     movable: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # sha -> gone rows
     donors: Mapping[str, int] = field(default_factory=dict)  # sha -> row to copy a vector from
+    # sha -> a row outside the walked roots to copy from (looked up only when needed)
+    outside_donor: Callable[[str], int | None] = field(default=lambda _sha: None)
 
     def deleted(self, claimed: Set[int]) -> list[int]:
         """Rows to delete at the end of the run: gone and not claimed by a move."""
@@ -82,12 +87,15 @@ def plan(
     roots: Sequence[str],
     unreadable: Sequence[str] = (),
     retry_skipped: bool = False,
+    outside_donor: Callable[[str], int | None] | None = None,
 ) -> Plan:
     """Stage 1: the stat-level plan.
 
     roots: the absolute roots that were walked; unreadable: paths the walk could
     not read (missing roots, folders without permission), under which nothing is
-    considered gone.
+    considered gone. known and skipped need only hold the rows under roots (more
+    is harmless); outside_donor(sha) names an embedded row outside them with those
+    bytes, if the caller did not pass every row in known.
     """
     unchanged: list[str] = []
     skipped_known: list[str] = []
@@ -137,6 +145,7 @@ def plan(
         forget_skips=tuple(p for p in skipped if vanished(p)),
         movable={sha: tuple(ids) for sha, ids in movable.items()},
         donors=donors,
+        **({"outside_donor": outside_donor} if outside_donor is not None else {}),
     )
 
 
@@ -178,6 +187,8 @@ def route(work: Work, read: Prepared | Unsettled, p: Plan, claimed: Set[int]) ->
     if read.error:
         return Decision(Kind.SKIP, reason=read.error)
     donor = p.donors.get(read.sha256)
+    if donor is None:
+        donor = p.outside_donor(read.sha256)
     if donor is not None:
         return Decision(Kind.COPY, donor)
     return Decision(Kind.EMBED)

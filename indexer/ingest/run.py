@@ -21,7 +21,7 @@ from wherein.indexer.ingest.commit import Routed, commit_batch, finish
 from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers, run_pipeline
 from wherein.indexer.ingest.plan import Kind, Known, Plan, SkipEntry, Work, plan, route
 from wherein.indexer.ingest.read import Unsettled, load_file
-from wherein.indexer.ingest.walk import WalkProblem, walk
+from wherein.indexer.ingest.walk import WalkProblem, under_any, walk
 from wherein.indexer.models.image_tower import ImageTower
 from wherein.indexer.photometa import fill_photos
 from wherein.indexer.store.catalog import Catalog
@@ -68,12 +68,22 @@ class RunStats:
         setattr(self, name, getattr(self, name) + 1)
 
 
-def known_rows(cat: Catalog) -> dict[str, Known]:
-    return {path: Known(*row) for path, row in cat.known_files().items()}
+def known_rows(cat: Catalog, roots: Sequence[str]) -> dict[str, Known]:
+    return {path: Known(*row) for path, row in cat.known_files(roots).items()}
 
 
-def skip_entries(cat: Catalog) -> dict[str, SkipEntry]:
-    return {s["path"]: SkipEntry(s["size"], s["mtime_ns"]) for s in cat.skipped()}
+def skip_entries(cat: Catalog, roots: Sequence[str]) -> dict[str, SkipEntry]:
+    return {s["path"]: SkipEntry(s["size"], s["mtime_ns"]) for s in cat.skipped(roots)}
+
+
+def donor_outside(cat: Catalog, roots: Sequence[str]) -> Callable[[str], int | None]:
+    """sha -> an embedded row outside roots with those bytes (one indexed query per file
+    that needs one), so the plan loads only the rows under roots."""
+
+    def find(sha256: str) -> int | None:
+        return next((i for i, p in cat.embedded_with_hash(sha256) if not under_any(p, roots)), None)
+
+    return find
 
 
 class _Run:
@@ -158,11 +168,12 @@ class Indexer:
         stats.seen = len(found)
         p = plan(
             found,
-            known_rows(cat),
-            skip_entries(cat),
+            known_rows(cat, abs_roots),
+            skip_entries(cat, abs_roots),
             abs_roots,
             unreadable=[pr.path for pr in stats.problems],
             retry_skipped=retry_skipped,
+            outside_donor=donor_outside(cat, abs_roots),
         )
         stats.unchanged, stats.skipped_known = len(p.unchanged), len(p.skipped_known)
         if on_total:
@@ -171,9 +182,9 @@ class Indexer:
         try:
             run_pipeline(p.todo, r.load, r.route, r.commit, self.tower, self.workers, self.policy)
             stats.deleted = finish(cat, p, r.claimed)
-            # What this run read went in with its rows; this reads the EXIF of rows indexed
-            # before the photos table existed (headers only, nothing re-embedded).
-            stats.photos += fill_photos(cat, self.workers)
+            # What this run read went in with its rows; this reads the EXIF of rows under
+            # the roots indexed before the photos table existed (headers only, no embedding).
+            stats.photos += fill_photos(cat, self.workers, under=abs_roots)
         except KeyboardInterrupt:
             stats.interrupted = True
         finally:

@@ -285,13 +285,43 @@ class Catalog:
                 out[_path(path)] = int(image_id)
         return out
 
-    def known_files(self) -> dict[str, tuple[int, int, int, str, bool]]:
-        """path -> (id, size, mtime_ns, sha256, has_embedding)."""
+    def known_files(
+        self, under: Sequence[str] | None = None
+    ) -> dict[str, tuple[int, int, int, str, bool]]:
+        """path -> (id, size, mtime_ns, sha256, has_embedding); with ``under`` (absolute
+        folders), only the paths that are one of them or below one of them."""
+        where, args = self._under("i.path", under)
         rows = self._conn.execute(
             "SELECT i.path, i.id, i.size, i.mtime_ns, i.sha256, e.image_id IS NOT NULL "
-            "FROM images i LEFT JOIN embeddings e ON e.image_id = i.id"
+            f"FROM images i LEFT JOIN embeddings e ON e.image_id = i.id{where}",
+            args,
         )
         return {_path(r[0]): (r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
+
+    def embedded_with_hash(self, sha256: str) -> list[tuple[int, str]]:
+        """(id, path) of the images with an embedding whose bytes hash to sha256, by id."""
+        rows = self._conn.execute(
+            "SELECT i.id, i.path FROM images i JOIN embeddings e ON e.image_id = i.id "
+            "WHERE i.sha256 = ? ORDER BY i.id",
+            (sha256,),
+        )
+        return [(int(i), _path(p)) for i, p in rows]
+
+    def _under(self, column: str, under: Sequence[str] | None) -> tuple[str, list[bytes]]:
+        """A WHERE clause (with its leading space; empty for None): column is one of these
+        absolute folders or a path below one. Paths are bytes, so a range scan of the index."""
+        if not under:
+            return "", []
+        conds, args = [], []
+        sep = os.sep.encode()
+        for folder in under:
+            base = os.fsencode(folder).rstrip(sep)
+            # Below base: base + "/" <= path < base + "0" ("0" follows "/" in every encoding).
+            conds.append(
+                f"({column} = {self._p} OR ({column} >= {self._p} AND {column} < {self._p}))"
+            )
+            args += [base, base + sep, base + bytes([sep[0] + 1])]
+        return " WHERE (" + " OR ".join(conds) + ")", args  # parenthesised: callers add AND
 
     def rows_by_ids(self, ids: Iterable[int]) -> dict[int, dict]:
         """id -> the image's row (id, path, size, mtime_ns, sha256, width, height, format,
@@ -315,19 +345,8 @@ class Catalog:
     def embedded_paths(self, under: Sequence[str] | None = None) -> list[tuple[int, str]]:
         """(id, path) of every image with an embedding; with ``under`` (absolute folders),
         only those that are one of them or below one of them."""
-        sql = "SELECT i.id, i.path FROM images i JOIN embeddings e ON e.image_id = i.id"
-        args: list[bytes] = []
-        if under:
-            conds = []
-            for folder in under:
-                base = os.fsencode(folder).rstrip(os.sep.encode())
-                # Below base: base + "/" <= path < base + "0" ("0" follows "/" in every encoding).
-                sep = os.sep.encode()
-                conds.append(
-                    f"(i.path = {self._p} OR (i.path >= {self._p} AND i.path < {self._p}))"
-                )
-                args += [base, base + sep, base + bytes([sep[0] + 1])]
-            sql += " WHERE " + " OR ".join(conds)
+        where, args = self._under("i.path", under)
+        sql = f"SELECT i.id, i.path FROM images i JOIN embeddings e ON e.image_id = i.id{where}"
         return [(int(i), _path(p)) for i, p in self._conn.execute(sql, args)]
 
     def sample_paths(self, n: int) -> list[str]:
@@ -481,10 +500,12 @@ class Catalog:
             ((os.fsencode(p), *rest) for p, *rest in skips),
         )
 
-    def skipped(self) -> list[dict]:
-        """Skipped files (path, reason, size, mtime_ns, seen_at), by path."""
+    def skipped(self, under: Sequence[str] | None = None) -> list[dict]:
+        """Skipped files (path, reason, size, mtime_ns, seen_at), by path; with ``under``,
+        only those in or below these absolute folders."""
+        where, args = self._under("path", under)
         cur = self._conn.execute(
-            "SELECT path, reason, size, mtime_ns, seen_at FROM skipped ORDER BY path"
+            f"SELECT path, reason, size, mtime_ns, seen_at FROM skipped{where} ORDER BY path", args
         )
         cols = [c[0] for c in cur.description]
         return [{**dict(zip(cols, r)), "path": _path(r[0])} for r in cur]
@@ -567,14 +588,17 @@ class Catalog:
         """Whether the photos table exists (a read-only catalog of an older release lacks it)."""
         return self._db["photos"].exists()
 
-    def photos_to_read(self) -> list[tuple[int, str, int, int]]:
+    def photos_to_read(self, under: Sequence[str] | None = None) -> list[tuple[int, str, int, int]]:
         """(id, path, size, mtime_ns) of images whose metadata is missing, or was read
-        from another state of the file (same id, new content)."""
+        from another state of the file (same id, new content); with ``under``, only
+        those in or below these absolute folders."""
+        where, args = self._under("i.path", under)
+        stale = "(p.image_id IS NULL OR p.size != i.size OR p.mtime_ns != i.mtime_ns)"
+        where = f"{where} AND {stale}" if where else f" WHERE {stale}"
         rows = self._conn.execute(
             "SELECT i.id, i.path, i.size, i.mtime_ns FROM images i "
-            "LEFT JOIN photos p ON p.image_id = i.id "
-            "WHERE p.image_id IS NULL OR p.size != i.size OR p.mtime_ns != i.mtime_ns "
-            "ORDER BY i.id"
+            f"LEFT JOIN photos p ON p.image_id = i.id{where} ORDER BY i.id",
+            args,
         )
         return [(int(r[0]), _path(r[1]), int(r[2]), int(r[3])) for r in rows]
 

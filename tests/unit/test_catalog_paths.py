@@ -101,3 +101,27 @@ def test_bulk_insert_and_labels_carry_undecodable_names(cat):
         cat.store_labels([(5, "red", 0.5, "{}", "m")])
     assert cat.rows_by_ids([5])[5]["path"] == LATIN1
     assert [r["path"] for r in cat.read_labels()] == [LATIN1]
+
+
+def test_rows_under_folders_are_a_byte_prefix_range(cat):
+    """What one folder's run loads: its own rows and skips, not a sibling's that shares
+    the prefix, and undecodable names included."""
+    inside = [LATIN1_DIR + "/a.jpg", "/photos/deep/er/b.jpg", "/photos"]
+    outside = ["/photos2/c.jpg", "/photosx.jpg", "/other/d.jpg"]
+    with cat.transaction():
+        for i, path in enumerate(inside + outside):
+            cat.insert_image(rec(path, i), np.zeros(4, np.float32))
+        cat.record_skips(
+            [("/photos/bad.jpg", "bad", 1, 1, "t"), ("/photos2/bad.jpg", "bad", 1, 1, "t")]
+        )
+    assert set(cat.known_files(["/photos/"])) == set(inside)
+    assert set(cat.known_files(["/photos", "/other"])) == set(inside) | {"/other/d.jpg"}
+    assert len(cat.known_files()) == 6
+    assert [s["path"] for s in cat.skipped(["/photos"])] == ["/photos/bad.jpg"]
+    same = cat.embedded_with_hash(f"{3:064x}")
+    assert same == [(4, "/photos2/c.jpg")]
+    # Metadata still to read, in the folder only; a row read already is not listed again.
+    cat.store_photos([{"image_id": 2, "size": 11, "mtime_ns": 21}])
+    todo = {path for _, path, _, _ in cat.photos_to_read(["/photos"])}
+    assert todo == {inside[0], inside[2]}
+    assert len(cat.photos_to_read()) == 5

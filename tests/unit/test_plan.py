@@ -108,6 +108,31 @@ def test_a_third_identical_copy_reuses_a_vector():
     assert deleted == []
 
 
+def test_a_row_outside_the_roots_is_offered_as_a_donor_only_when_needed():
+    # The plan holds only the rows under the walked folder; one outside it has the bytes.
+    outside = {"same": 7}
+    asked: list[str] = []
+
+    def lookup(sha: str) -> int | None:
+        asked.append(sha)
+        return outside.get(sha)
+
+    known = {"/photos/a.jpg": row(1, "mine")}
+    found = [f("a.jpg"), f("copy.jpg"), f("new.jpg"), f("again.jpg")]
+    reads = {
+        "/photos/copy.jpg": read("same"),
+        "/photos/new.jpg": read("fresh"),
+        "/photos/again.jpg": read("mine"),
+    }
+    _, d, deleted = run_plan(found, known, reads=reads, outside_donor=lookup)
+    assert d == {
+        "/photos/copy.jpg": Decision(Kind.COPY, 7),
+        "/photos/new.jpg": Decision(Kind.EMBED),
+        "/photos/again.jpg": Decision(Kind.COPY, 1),  # a donor under the roots comes first
+    }
+    assert sorted(asked) == ["fresh", "same"] and deleted == []
+
+
 def test_changed_file_whose_new_bytes_equal_another_indexed_file():
     known = {"/photos/p.jpg": row(1, "old"), "/photos/q.jpg": row(2, "qq")}
     found = [f("p.jpg", size=5), f("q.jpg")]
