@@ -104,7 +104,7 @@ def main() -> None:
         old.close()
 
         t_migrate, cat = timed(lambda: Catalog(work))
-        assert cat.migrated == ["m001_initial", "m002_paths_as_bytes"]
+        assert cat.migrated == ["m001_initial", "m002_paths_as_bytes", "m003_photos"]
         cat.close()
         t_reopen, cat = timed(lambda: Catalog(work))
         assert cat.migrated == []
@@ -112,6 +112,8 @@ def main() -> None:
         assert len(known_new) == len(known_old) == args.n
         t_under_new, under_new = timed(lambda: cat.embedded_paths(["/photos/0042"]))
         assert sorted(under_new) == sorted(under_old)
+        t_known_folder, known_folder = timed(lambda: cat.known_files(["/photos/0042"]))
+        assert len(known_folder) == len(under_new)
         cat.close()
 
         fresh = Catalog(Path(tmp) / "fresh.db")
@@ -156,7 +158,7 @@ def main() -> None:
     print(f"catalog: {args.n:,} rows, {args.dim}-d vectors, {size / 1e6:.0f} MB (first layout)")
     print("| step | wall time |")
     print("|---|---|")
-    print(f"| first open: migrate m001 + m002 in place | {t_migrate:.2f} s |")
+    print(f"| first open: migrate m001 + m002 + m003 in place | {t_migrate:.2f} s |")
     print(f"| second open: nothing pending | {t_reopen * 1e3:.1f} ms |")
     print(f"| known_files, first layout (text, raw query) | {t_known_old:.2f} s |")
     print(f"| known_files, bytes decoded as os.fsdecode does | {t_known_new:.2f} s |")
@@ -164,6 +166,9 @@ def main() -> None:
         f"| --under one folder ({len(under_old)} rows): old LIKE scan | {t_under_old * 1e3:.1f} ms |"
     )
     print(f"| --under one folder: embedded_paths range | {t_under_new * 1e3:.1f} ms |")
+    print(
+        f"| known_files of one folder (a run over it, a watch batch) | {t_known_folder * 1e3:.1f} ms |"
+    )
     print(
         f"| bulk rows + vectors, one transaction: raw executemany (before) | {t_bulk_raw:.2f} s |"
     )
