@@ -63,6 +63,11 @@ class Work:
     old: Known | None = None
 
 
+def no_donor(_sha256: str) -> int | None:
+    """No rows outside the roots to copy from (known holds every candidate)."""
+    return None
+
+
 @dataclass(frozen=True)
 class Plan:
     unchanged: tuple[str, ...]
@@ -73,7 +78,7 @@ class Plan:
     movable: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # sha -> gone rows
     donors: Mapping[str, int] = field(default_factory=dict)  # sha -> row to copy a vector from
     # sha -> a row outside the walked roots to copy from (looked up only when needed)
-    outside_donor: Callable[[str], int | None] = field(default=lambda _sha: None)
+    outside_donor: Callable[[str], int | None] = no_donor
 
     def deleted(self, claimed: Set[int]) -> list[int]:
         """Rows to delete at the end of the run: gone and not claimed by a move."""
@@ -87,7 +92,7 @@ def plan(
     roots: Sequence[str],
     unreadable: Sequence[str] = (),
     retry_skipped: bool = False,
-    outside_donor: Callable[[str], int | None] | None = None,
+    outside_donor: Callable[[str], int | None] = no_donor,
 ) -> Plan:
     """Stage 1: the stat-level plan.
 
@@ -145,7 +150,7 @@ def plan(
         forget_skips=tuple(p for p in skipped if vanished(p)),
         movable={sha: tuple(ids) for sha, ids in movable.items()},
         donors=donors,
-        **({"outside_donor": outside_donor} if outside_donor is not None else {}),
+        outside_donor=outside_donor,
     )
 
 

@@ -128,7 +128,7 @@ class MaskService:
             try:
                 f = resolve()
                 if self._cached(f, pkey) is None:
-                    self._ensure(f, prompt, pkey)
+                    self._compute(f, prompt, pkey)
                     self.prefetched += 1
             except (WhereinError, OSError):
                 pass  # a guess only: the click that asks for it reports the problem
