@@ -61,6 +61,7 @@ class BuildStats:
     duplicates: int = 0  # paths met more than once (the newest shard's row kept)
     duplicate_examples: list[dict] = field(default_factory=list)
     replaced: int = 0  # rows of the earlier index that a newer shard replaced
+    reclaimed_bytes: int = 0  # disk given back under dead vectors.f16 rows (holes punched)
     kind: str = ""
     factory: str = ""
     nlist: int = 0
@@ -143,6 +144,9 @@ def build_index(
         stats.duplicates = filled.duplicates.count
         stats.duplicate_examples = filled.duplicates.examples
         stats.replaced = len(filled.replaced)
+        # Deletions punch their own rows' blocks; this pass also frees dead rows of an index
+        # written before they did (all of them, with the writer lock held and no write pending).
+        stats.reclaimed_bytes = cat.reclaim_vector_file()
         stats.vectors = cat.count_embedded()
         stats.added = stats.vectors - before + len(filled.replaced)
         excluded = np.unique(np.array(filled.excluded, np.int64))

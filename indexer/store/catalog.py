@@ -27,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -129,6 +130,10 @@ class Catalog:
         self._conn = conn
         self._depth = 0  # nesting of transaction()
         self._vfile: VectorFile | None = None  # float16 vectors beside the catalog, if it has one
+        # Ids whose file rows this transaction may have killed (_dying_all: maybe every
+        # row); their disk blocks are given back once it commits (_punch_dead).
+        self._dying: list[int] = []
+        self._dying_all = False
         self.migrated: list[str] = []  # steps this open applied
         try:
             conn.execute("PRAGMA busy_timeout = 10000")
@@ -177,6 +182,64 @@ class Catalog:
             raise IndexError_(f"{path}: missing (the catalog keeps its vectors there)")
         self._vfile = VectorFile(path, dim, readonly=self.readonly)
 
+    def _file_ids_between(self, lo: int, hi: int) -> np.ndarray:
+        """The ids in [lo, hi] whose committed vector is a row of the vector file."""
+        rows = self._conn.execute(
+            "SELECT image_id FROM embeddings WHERE image_id BETWEEN ? AND ? AND length(vector) = 0",
+            (lo, hi),
+        ).fetchall()
+        return np.array([r[0] for r in rows], np.int64)
+
+    def _doom(self, ids: Iterable[int]) -> None:
+        """These ids' file rows may be dead once the transaction commits."""
+        if self._vfile is not None and not self._dying_all:
+            self._dying.extend(int(i) for i in ids)
+
+    def _punch_dead(self) -> None:
+        """Give back the disk blocks of file rows the committed transaction killed.
+
+        Only after the commit: until then a rollback (crash, error) brings the rows back,
+        and a hole punched under them would have lost their vectors. A crash between the
+        commit and the punch leaves dead bytes allocated, never a hole under a live row:
+        liveness is read from the committed catalog, a dead id never lives again (ids are
+        never reused), and the writer lock keeps every other write of the file out.
+        A search that still reads an older snapshot may see a just-deleted row as zeros.
+        """
+        dying, every = self._dying, self._dying_all
+        self._dying, self._dying_all = [], False
+        if self._vfile is None or self.readonly or not (dying or every):
+            return
+        ids = None if every else np.array(dying, np.int64)
+        with contextlib.suppress(OSError):  # best effort: the commit stands either way
+            self._vfile.punch_dead(self._file_ids_between, ids)
+
+    def reclaim_vector_file(self) -> int:
+        """Punch every disk block of the vector file that no live row touches (files with
+        dead bytes from before deletions punched them); returns the bytes given back.
+        Call outside a transaction, holding the index's write lock."""
+        if self._vfile is None or self.readonly:
+            return 0
+        return self._vfile.punch_dead(self._file_ids_between)
+
+    def vector_file_usage(self) -> dict | None:
+        """vectors.f16's apparent and allocated bytes, the bytes of its live rows, and
+        about how many allocated bytes are dead (allocated - live: blocks a live row
+        shares are counted dead but never given back). None without the file."""
+        if self._vfile is None:
+            return None
+        live = self._conn.execute(
+            "SELECT count(*) FROM embeddings WHERE length(vector) = 0"
+        ).fetchone()[0]
+        allocated = self._vfile.allocated_bytes()
+        live_bytes = int(live) * self._vfile.row_bytes
+        return {
+            "file": str(self._vfile.path),
+            "apparent_bytes": self._vfile.path.stat().st_size,
+            "allocated_bytes": allocated,
+            "live_bytes": live_bytes,
+            "dead_bytes": max(0, allocated - live_bytes),
+        }
+
     def _from_file(self, ids: list[int], blobs: list[bytes], span: bool = False) -> np.ndarray:
         """[n, dim] float32: the blobs, and the file's rows where a blob is empty."""
         empty = [j for j, b in enumerate(blobs) if not b]
@@ -213,8 +276,11 @@ class Catalog:
                 yield self
                 if self._vfile is not None:
                     self._vfile.sync()  # its rows are durable before the rows pointing at them
+            self._depth = 0
+            self._punch_dead()
         finally:
             self._depth = 0
+            self._dying, self._dying_all = [], False  # rolled back: nothing died
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -447,6 +513,7 @@ class Catalog:
         )
 
     def set_embedding(self, image_id: int, vector: np.ndarray) -> None:
+        self._doom([image_id])  # a float32 blob from now on: a file row it had is dead
         self._conn.execute(
             "INSERT INTO embeddings(image_id, vector) VALUES (?, ?) "
             "ON CONFLICT(image_id) DO UPDATE SET vector = excluded.vector",
@@ -456,7 +523,10 @@ class Catalog:
     def relink(self, image_id: int, path: str, size: int, mtime_ns: int) -> None:
         """The file moved (same content): the row keeps its id and vector under the new path."""
         key = os.fsencode(path)
-        self._conn.execute("DELETE FROM images WHERE path = ? AND id != ?", (key, image_id))
+        gone = self._conn.execute(
+            "DELETE FROM images WHERE path = ? AND id != ? RETURNING id", (key, image_id)
+        ).fetchall()
+        self._doom(r[0] for r in gone)
         self._conn.execute(
             "UPDATE images SET path = ?, size = ?, mtime_ns = ? WHERE id = ?",
             (key, size, mtime_ns, image_id),
@@ -470,6 +540,8 @@ class Catalog:
 
     def delete_images(self, ids: Iterable[int]) -> int:
         n = 0
+        ids = list(ids)
+        self._doom(ids)
         for chunk in _chunks(ids):
             self._conn.execute(f"DELETE FROM embeddings WHERE image_id IN ({_marks(chunk)})", chunk)
             n += self._conn.execute(
@@ -478,6 +550,7 @@ class Catalog:
         return n
 
     def clear_embeddings(self) -> int:
+        self._dying_all = True
         return self._conn.execute("DELETE FROM embeddings").rowcount
 
     def record_skip(
@@ -491,7 +564,8 @@ class Catalog:
             "mtime_ns = excluded.mtime_ns, seen_at = excluded.seen_at",
             (key, reason, size, mtime_ns, when),
         )
-        self._conn.execute("DELETE FROM images WHERE path = ?", (key,))
+        gone = self._conn.execute("DELETE FROM images WHERE path = ? RETURNING id", (key,))
+        self._doom(r[0] for r in gone.fetchall())
 
     def record_skips(self, skips: Iterable[tuple[str, str, int | None, int | None, str]]) -> None:
         """Bulk record_skip for (path, reason, size, mtime_ns, when) of files with no row."""

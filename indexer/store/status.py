@@ -36,5 +36,7 @@ def index_status(store: IndexStore) -> dict:
         "vectors_in_faiss": in_faiss,
         "vectors_current": current,
         "disk_bytes": usage,
+        # vectors.f16: apparent vs allocated size (deleted rows' blocks are holes), dead bytes
+        "vector_file": cat.vector_file_usage(),
         "disk_total_bytes": sum(usage.values()),
     }

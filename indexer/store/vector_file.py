@@ -9,23 +9,64 @@ page cache is the only cache (the file is memory-mapped for reads, never read wh
 Invariants (the catalog keeps them; see Catalog.use_vector_file):
 - A row is written before the catalog row that points at it commits, and the file is
   fsynced before that commit: a committed row never points at a half-written vector.
-- A row is written once, for an id no committed row has (ids are never reused);
-  deleting a catalog row leaves its file row as dead bytes. A row whose catalog
-  insert rolled back may be written again by the next run that takes its id.
+- A row is written once, for an id no committed row has (ids are never reused).
+  A row whose catalog insert rolled back may be written again by the next run that
+  takes its id.
 - Rows never written read as zeros (a hole in a sparse file).
+- Dead rows (their catalog row deleted, or its vector kept elsewhere) give their disk
+  blocks back: punch_dead() punches holes over every filesystem block that no live row
+  touches, after the catalog committed the change that killed them. A block shared
+  with a live row is never punched, so a live row's bytes never change; a dead row in
+  such a block keeps its (unread) bytes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
 import mmap
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 VECTOR_FILE = "vectors.f16"
 DTYPE = np.dtype("<f2")
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02  # linux/falloc.h
+_SWEEP_BLOCKS = 1 << 18  # blocks judged per catalog query in a whole-file pass (1 GiB at 4 KiB)
+
+
+@functools.cache
+def _fallocate() -> Callable[..., int] | None:
+    """libc's fallocate (Linux only; None elsewhere): punching holes needs no dependency."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = getattr(libc, "fallocate64", None) or libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Deallocate [offset, offset + length) of fd, keeping the file's size; the range then
+    reads as zeros. False where the OS or filesystem cannot (nothing changed)."""
+    fn = _fallocate()
+    if fn is None:
+        return False
+    if fn(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS):
+        return False
+    raise OSError(err, os.strerror(err))
 
 
 class VectorFile:
@@ -37,6 +78,7 @@ class VectorFile:
         self._map: mmap.mmap | None = None
         self._rows = np.zeros((0, dim), DTYPE)  # the mapped part of the file
         self._dirty = False
+        self._punchable = not readonly  # False once the filesystem refused a punch
 
     def close(self) -> None:
         self._rows = np.zeros((0, self.dim), DTYPE)
@@ -98,6 +140,78 @@ class VectorFile:
         inside = ids - lo < len(rows)
         out[inside] = rows[ids[inside] - lo]
         return out
+
+    def allocated_bytes(self) -> int:
+        """Disk space the file takes (holes take none); its apparent size is st_size."""
+        return os.fstat(self._fd).st_blocks * 512
+
+    def punch_dead(
+        self, live: Callable[[int, int], np.ndarray], ids: np.ndarray | None = None
+    ) -> int:
+        """Punch holes over every filesystem block that only dead rows touch; returns the
+        bytes of disk given back (0 where the filesystem cannot punch).
+
+        live(lo, hi): the ids in [lo, hi] whose vector is in this file, as committed. ids:
+        the rows that may have died (deleted catalog rows); only blocks touching them are
+        judged. None: every block of the file (an index with dead bytes from before).
+        The caller must hold the index's write lock and have no write of this file
+        pending commit: a row written but not yet committed is not live and would be
+        punched.
+        """
+        if not self._punchable:
+            return 0
+        st = os.fstat(self._fd)
+        # Whole blocks only: a punch over part of a block zeroes that part (ext4), and a
+        # live row in the rest of it must keep its bytes. A page-multiple of st_blksize is
+        # a multiple of the filesystem's block either way.
+        block, size = max(st.st_blksize, mmap.PAGESIZE), st.st_size
+        nblocks, nrows = -(-size // block), -(-size // self.row_bytes)
+        if ids is None:
+            spans = [(0, nblocks - 1)]
+        else:
+            spans = self._blocks_of(np.asarray(ids, np.int64), block, nrows)
+        before = st.st_blocks
+        for b0, b1 in spans:
+            for c0 in range(b0, b1 + 1, _SWEEP_BLOCKS):
+                c1 = min(c0 + _SWEEP_BLOCKS - 1, b1, nblocks - 1)
+                for start, stop in self._dead_runs(live, c0, c1, block, nrows):
+                    if not punch_hole(self._fd, start * block, (stop - start) * block):
+                        self._punchable = False
+                        return 0
+        return max(0, before - os.fstat(self._fd).st_blocks) * 512
+
+    def _blocks_of(self, ids: np.ndarray, block: int, nrows: int) -> list[tuple[int, int]]:
+        """The blocks the rows of these ids touch, as merged inclusive spans."""
+        ids = np.unique(ids[(ids >= 1) & (ids <= nrows)])
+        if not len(ids):
+            return []
+        breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+        first, last = ids[np.r_[0, breaks]], ids[np.r_[breaks, len(ids)] - 1]
+        starts = (first - 1) * self.row_bytes // block
+        ends = (last * self.row_bytes - 1) // block  # non-decreasing, as ids are sorted
+        spans: list[tuple[int, int]] = []
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            if spans and s <= spans[-1][1] + 1:
+                spans[-1] = (spans[-1][0], e)
+            else:
+                spans.append((s, e))
+        return spans
+
+    def _dead_runs(
+        self, live: Callable[[int, int], np.ndarray], b0: int, b1: int, block: int, nrows: int
+    ) -> list[tuple[int, int]]:
+        """Runs [start, stop) of blocks in [b0, b1] that no live row touches."""
+        blocks = np.arange(b0, b1 + 1, dtype=np.int64)
+        first = blocks * block // self.row_bytes  # rows (id - 1) each block touches
+        last = np.minimum(((blocks + 1) * block - 1) // self.row_bytes, nrows - 1)
+        r0, r1 = int(first[0]), int(last[-1])
+        alive = np.zeros(r1 - r0 + 1, np.int64)
+        ids = np.asarray(live(r0 + 1, r1 + 1), np.int64)
+        alive[ids[(ids >= r0 + 1) & (ids <= r1 + 1)] - 1 - r0] = 1
+        seen = np.r_[0, np.cumsum(alive)]
+        dead = seen[last - r0 + 1] == seen[first - r0]
+        edges = np.flatnonzero(np.diff(np.r_[0, dead.astype(np.int8), 0]))
+        return [(b0 + int(s), b0 + int(e)) for s, e in zip(edges[::2], edges[1::2], strict=True)]
 
     def _remap(self) -> None:
         rows = os.fstat(self._fd).st_size // self.row_bytes

@@ -253,6 +253,12 @@ def status(index_dir, models_dir, check, fmt):
             + ("" if info["vectors_current"] else ", behind catalog (synced on next open)")
         )
         click.echo(f"disk       {human_bytes(info['disk_total_bytes'])}")
+        if vf := info.get("vector_file"):
+            click.echo(
+                f"  vectors.f16 {human_bytes(vf['apparent_bytes'])} apparent, "
+                f"{human_bytes(vf['allocated_bytes'])} allocated "
+                f"(about {human_bytes(vf['dead_bytes'])} in dead rows)"
+            )
         click.echo(f"skipped    {info['skipped_count']}")
         for s in info["skipped"]:
             click.echo(f"  {s['path']}: {s['reason']}")

@@ -211,6 +211,10 @@ def _echo_build(stats) -> None:
         )
         for ex in stats.duplicate_examples[:3]:
             click.echo(f"  {ex['path']}: kept {ex['kept']}, dropped {ex['dropped']}")
+    if stats.reclaimed_bytes:
+        from wherein.search.output import human_bytes
+
+        click.echo(f"vectors.f16: gave back {human_bytes(stats.reclaimed_bytes)} of dead rows")
     if stats.recall:
         r = stats.recall
         line = (

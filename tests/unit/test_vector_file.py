@@ -115,3 +115,179 @@ def test_empty_blob_without_the_file_is_misshapen(tmp_path):
     assert c.misshapen_embeddings(DIM) == 0 and not (tmp_path / VECTOR_FILE).exists()
     assert c.misshapen_embeddings(DIM * 2) == 1
     c.close()
+
+
+# -- dead rows give their disk blocks back (punch_dead) ---------------------------------
+WIDE = 768  # the real dimension: 1536-byte rows, which straddle 4 KiB blocks
+
+
+def wide(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(n, WIDE)).astype(np.float32)
+
+
+def raw_rows(path, dim: int, ids) -> list[bytes]:
+    data, row = path.read_bytes(), dim * 2
+    return [data[(i - 1) * row : i * row] for i in ids]
+
+
+def live_from(alive: set[int]):
+    return lambda lo, hi: np.array(sorted(i for i in alive if lo <= i <= hi), np.int64)
+
+
+def punchable(path) -> bool:
+    from wherein.indexer.store.vector_file import punch_hole
+
+    with open(path, "wb") as f:
+        f.write(b"x" * 16384)
+        f.flush()
+        return punch_hole(f.fileno(), 4096, 4096)
+
+
+@pytest.fixture()
+def sparse_ok(tmp_path):
+    if not punchable(tmp_path / "probe"):
+        pytest.skip("this filesystem cannot punch holes")
+
+
+def test_dead_rows_give_back_their_blocks_and_live_rows_keep_every_byte(tmp_path, sparse_ok):
+    f = VectorFile(tmp_path / "v.f16", WIDE)
+    f.write(np.arange(1, 101), wide(100))
+    f.sync()
+    before = f.allocated_bytes()
+    alive = set(range(1, 101)) - set(range(20, 60))  # ids 20-59 deleted
+    kept = raw_rows(f.path, WIDE, sorted(alive))
+    dead_row_20 = raw_rows(f.path, WIDE, [20])[0]
+
+    freed = f.punch_dead(live_from(alive), np.arange(20, 60))
+
+    # Ids 20-59 are bytes 29184-90624: blocks 8-21 hold only them (57344 bytes); block 7
+    # is shared with id 19 and block 22 with id 60.
+    assert freed == 14 * 4096 and f.allocated_bytes() == before - freed
+    assert f.path.stat().st_size == 100 * WIDE * 2  # the size is kept
+    assert raw_rows(f.path, WIDE, sorted(alive)) == kept  # bit-identical
+    # Id 20 lies in block 7, shared with live id 19: that block keeps its bytes.
+    assert raw_rows(f.path, WIDE, [20])[0] == dead_row_20
+    assert not f.read(np.array([40])).any()  # a row inside punched blocks reads as zeros
+    f.close()
+
+
+@pytest.mark.parametrize("dim", [8, 768, 2048, 3000])
+def test_punching_never_touches_a_live_row(tmp_path, sparse_ok, dim):
+    """Random deaths, any row size (smaller than a block, a divisor, a multiple, neither):
+    every live row's bytes survive both the per-id and the whole-file pass."""
+    rng = np.random.default_rng(dim)
+    n = 3000 if dim == 8 else 400
+    f = VectorFile(tmp_path / "v.f16", dim)
+    f.write(np.arange(1, n + 1), rng.normal(size=(n, dim)).astype(np.float32))
+    alive = set(range(1, n + 1))
+    for _ in range(3):  # deaths in runs and scattered, a row at a time and whole runs
+        start = int(rng.integers(1, n))
+        gone = set(range(start, min(n, start + int(rng.integers(1, n // 4)))))
+        gone |= set(rng.integers(1, n + 1, n // 20).tolist())
+        alive -= gone
+        kept = raw_rows(f.path, dim, sorted(alive))
+        f.punch_dead(live_from(alive), np.array(sorted(gone)))
+        assert raw_rows(f.path, dim, sorted(alive)) == kept
+    kept = raw_rows(f.path, dim, sorted(alive))
+    f.punch_dead(live_from(alive))
+    assert raw_rows(f.path, dim, sorted(alive)) == kept
+    # ...and it gave back everything it could: no block left that only dead rows touch.
+    row, data = dim * 2, f.path.read_bytes()
+    for b in range(0, len(data), 4096):
+        touching = range(b // row + 1, min(len(data), b + 4096) // row + 2)
+        if not alive.intersection(touching) and any(data[b : b + 4096]):
+            raise AssertionError(f"block at {b} holds only dead rows but was not punched")
+    f.close()
+
+
+def test_without_punch_support_nothing_happens(tmp_path, monkeypatch):
+    """Another OS or a filesystem without punch-hole (EOPNOTSUPP): rows stay, no error."""
+    import errno
+
+    from wherein.indexer.store import vector_file as V
+
+    monkeypatch.setattr(V, "_fallocate", lambda: None)
+    f = VectorFile(tmp_path / "v.f16", WIDE)
+    v = wide(10)
+    f.write(np.arange(1, 11), v)
+    assert f.punch_dead(live_from(set()), np.arange(1, 11)) == 0
+    assert np.allclose(f.read(np.arange(1, 11)), v, atol=1e-2)
+
+    def refuses(*_a) -> int:
+        import ctypes
+
+        ctypes.set_errno(errno.EOPNOTSUPP)
+        return -1
+
+    f.close()
+    monkeypatch.setattr(V, "_fallocate", lambda: refuses)
+    f = VectorFile(tmp_path / "v.f16", WIDE)
+    assert f.punch_dead(live_from(set())) == 0
+    assert np.allclose(f.read(np.arange(1, 11)), v, atol=1e-2)
+    f.close()
+
+
+def wide_cat(tmp_path) -> Catalog:
+    c = Catalog(tmp_path / "catalog.db")
+    with c.transaction():
+        c.set_meta("dim", WIDE)
+        c.use_vector_file(WIDE)
+    return c
+
+
+def test_deleting_rows_frees_their_blocks_after_commit_not_before(tmp_path, sparse_ok):
+    cat = wide_cat(tmp_path)
+    v = wide(100)
+    with cat.transaction():
+        cat.insert_images([{**rec(i), "path": f"/p/{i}.png"} for i in range(1, 101)], v)
+    full = cat.vector_file_usage()
+    assert full is not None and full["dead_bytes"] < 4096
+    live = [i for i in range(1, 101) if not 30 <= i < 70]
+    _, want = cat.vectors_for(live)
+
+    with pytest.raises(RuntimeError), cat.transaction():
+        cat.delete_images(range(30, 70))
+        raise RuntimeError("rolled back")
+    assert cat.vector_file_usage() == full  # nothing punched under rows that came back
+    assert cat.count_embedded() == 100
+
+    with cat.transaction():
+        cat.delete_images(range(30, 50))
+        cat.record_skip("/p/50.png", "broken", 1, 1, "now")  # a row a skip replaces dies too
+        cat.relink(1, "/p/51.png", 1, 1)  # so does the row a moved file lands on
+    cat.relink(51, "/p/51b.png", 1, 1)  # outside transaction(): the next commit punches it
+    with cat.transaction():
+        cat.delete_images(range(52, 70))
+    after = cat.vector_file_usage()
+    assert after is not None
+    assert after["allocated_bytes"] <= full["allocated_bytes"] - 13 * 4096
+    assert (
+        after["live_bytes"] == 60 * WIDE * 2 and after["apparent_bytes"] == full["apparent_bytes"]
+    )
+    ids, got = cat.vectors_for(live)
+    assert list(ids) == live and np.array_equal(got, want)  # bit-identical
+    cat.close()
+
+
+def test_reclaim_frees_dead_rows_left_from_before(tmp_path, sparse_ok, monkeypatch):
+    """An index whose deletions never punched (written before they did): a whole-file pass
+    frees their blocks; re-embedded rows (float32 blobs now) count as dead too."""
+    cat = wide_cat(tmp_path)
+    v = wide(100)
+    with cat.transaction():
+        cat.insert_images([rec(i) for i in range(1, 101)], v)
+    monkeypatch.setattr(cat, "_punch_dead", lambda: None)  # as before deletions punched
+    with cat.transaction():
+        cat.delete_images(range(10, 40))
+        for i in range(60, 90):
+            cat.set_embedding(i, v[i - 1])
+    before = cat.vector_file_usage()
+    assert before is not None and before["dead_bytes"] >= 60 * WIDE * 2 - 4096
+    monkeypatch.undo()
+    _, want = cat.vectors_for(range(1, 101))
+    freed = cat.reclaim_vector_file()
+    after = cat.vector_file_usage()
+    assert after is not None and freed >= 2 * 10 * 4096  # two runs of 30 dead rows
+    assert after["allocated_bytes"] == before["allocated_bytes"] - freed
+    assert np.array_equal(cat.vectors_for(range(1, 101))[1], want)
+    cat.close()
