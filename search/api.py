@@ -456,12 +456,25 @@ def add_masks(
     models_root: Path,
     min_mask_area: float | None = None,
     full_size_overlays: bool = False,
+    index_dir: str | Path | None = None,
 ) -> list[Hit]:
-    """A CLIPSeg mask for every hit (see wherein.search.localize.masking)."""
-    from wherein.search.localize.masking import add_masks_to_hits
+    """A CLIPSeg mask for every hit (see wherein.search.localize.masking).
 
+    index_dir: keep the hits' vision passes in that index's cache, so that another
+    prompt on them later, in any process, runs only the decoder (vision_store.py).
+    """
+    from wherein.search.localize.masking import add_masks_to_hits
+    from wherein.search.localize.vision_store import VisionStore
+
+    store = VisionStore.in_index(Path(index_dir)) if index_dir is not None else None
     return add_masks_to_hits(
-        hits, prompt, out_dir, models_root, min_mask_area, full_size_overlays=full_size_overlays
+        hits,
+        prompt,
+        out_dir,
+        models_root,
+        min_mask_area,
+        full_size_overlays=full_size_overlays,
+        store=store,
     )
 
 

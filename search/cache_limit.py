@@ -1,4 +1,5 @@
-"""A size limit for INDEX/cache (thumbnails, previews, masks): least recently used goes first.
+"""A size limit for INDEX/cache (thumbnails, previews, masks, vision passes): least recently
+used goes first. The web app and `search --mask` share it.
 
 Recency is the file's mtime: a cache hit touches it (one utime call), so the order
 survives restarts and needs no database. When a new entry takes the cache over its
@@ -13,6 +14,7 @@ cached file whole under the pin, so a response is never cut short by pruning.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import Counter
@@ -24,6 +26,20 @@ from pathlib import Path
 DEFAULT_CACHE_MB = 512
 CACHE_MB_ENV = "WHEREIN_CACHE_MB"
 PRUNE_TO = 0.9  # after pruning, the cache holds at most this fraction of the limit
+
+log = logging.getLogger("wherein.cache")
+
+
+def usable_cache(cache: Path) -> bool:
+    """INDEX/cache may be written: it is a real folder inside the index (not a link elsewhere)."""
+    try:
+        if cache.is_symlink():
+            log.warning("%s is a symbolic link: not caching thumbnails or masks there", cache)
+            return False
+        cache.mkdir(exist_ok=True)
+        return os.access(cache, os.W_OK)
+    except OSError:
+        return False
 
 
 def cache_limit_bytes(mb: float | None = None) -> int:

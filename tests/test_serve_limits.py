@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
+from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes
 from wherein.search.cli import cli
 from wherein.search.web import schemas
 from wherein.search.web.app import create_app, host_name
-from wherein.search.web.cache_limit import CacheJanitor, cache_limit_bytes
 
 from conftest import draw_shape
 

@@ -50,7 +50,8 @@ def mask(image, prompts, out_dir, no_files, full_size_overlays, index_dir, model
     """Mask each PROMPT on IMAGE: area, box of the largest region, score, files written.
 
     IMAGE is a file, or id:N for the image with catalog id N in --index (the `id` of a
-    `wherein search --json` hit). One vision pass serves all prompts. Boxes are
+    `wherein search --json` hit). One vision pass serves all prompts, and is kept in
+    the index's cache for later prompts on the same image. Boxes are
     [x0, y0, x1, y1] in the image's pixels as a viewer shows it (EXIF rotation
     applied), x1/y1 exclusive.
 
@@ -62,6 +63,7 @@ def mask(image, prompts, out_dir, no_files, full_size_overlays, index_dir, model
     from wherein.indexer.models.clipseg import ClipSeg
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.search.localize.masking import mask_file
+    from wherein.search.localize.vision_store import VisionStore
     from wherein.search.output import table
 
     image = _image_path(image, index_dir)
@@ -74,6 +76,7 @@ def mask(image, prompts, out_dir, no_files, full_size_overlays, index_dir, model
         list(prompts),
         None if no_files else out_dir,
         full_size_overlays=full_size_overlays,
+        store=VisionStore.in_index(P.index_dir(index_dir)),
     )
     rows = []
     for res, files in results:

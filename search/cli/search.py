@@ -196,7 +196,7 @@ def search(
             camera=camera,
             near=near,
         )
-        models_root = searcher.models.root
+        models_root, index_path = searcher.models.root, searcher.store.dir
         for warning in searcher.last_warnings:
             click.echo(f"warning: {warning}", err=True)
         labels = None
@@ -218,6 +218,7 @@ def search(
             models_root,
             min_mask_area,
             full_size_overlays=full_size_overlays,
+            index_dir=index_path,
         )
     elif mask_prompt or out_dir or min_mask_area is not None:
         raise click.UsageError("--mask-prompt, --out and --min-mask-area only apply with --mask")

@@ -38,6 +38,7 @@ from wherein.search.localize.bitpng import encode_1bit
 from wherein.search.localize.probmap import enlarges, stretch, threshold_runs
 from wherein.search.localize.regions import Region, Runs, regions, regions_of_runs
 from wherein.search.localize.vision_cache import Seen, VisionCache
+from wherein.search.localize.vision_store import VisionStore, content_key, rounded
 
 __all__ = [
     "HIT_MASK_FIELDS",
@@ -242,8 +243,24 @@ def preview_base(image: Image.Image, size: tuple[int, int]) -> Image.Image:
 
 
 def seen_image(model, image: Image.Image, size: tuple[int, int]) -> Seen:
-    """One vision pass over a decoded image, kept with its preview."""
-    return Seen(preview_base(image, size), size, model.image_features(image))
+    """One vision pass over a decoded image, kept with its preview. The features are
+    rounded as the disk store keeps them, so a mask never depends on where its pass
+    came from."""
+    return Seen(preview_base(image, size), size, rounded(model.image_features(image)))
+
+
+def seen_stored(
+    model, image: Image.Image, size: tuple[int, int], key: str, store: VisionStore | None
+) -> Seen:
+    """The pass of the photo whose bytes hash to key: read from the store, else run and stored."""
+    if store is not None:
+        features = store.load(model, key)
+        if features is not None:
+            return Seen(preview_base(image, size), size, features, from_store=True)
+    seen = seen_image(model, image, size)
+    if store is not None:
+        store.save(model, key, seen.features)
+    return seen
 
 
 _CACHES: weakref.WeakKeyDictionary[Any, VisionCache] = weakref.WeakKeyDictionary()
@@ -259,8 +276,9 @@ def vision_cache(model) -> VisionCache:
         return cache
 
 
-def see(model, path: str | Path) -> Seen:
-    """Decode and run the vision graph on a file, or reuse the pass of an unchanged file."""
+def see(model, path: str | Path, store: VisionStore | None = None) -> Seen:
+    """Decode and run the vision graph on a file, or reuse the pass of an unchanged file
+    (this process's, else the store's)."""
     path = Path(path)
     try:
         st = path.stat()
@@ -269,8 +287,15 @@ def see(model, path: str | Path) -> Seen:
     key = (os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
 
     def compute() -> Seen:
-        image, size = open_for_mask(path)
-        return seen_image(model, image, size)
+        if store is None:
+            image, size = open_for_mask(path)
+            return seen_image(model, image, size)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
+        image, size = decode(data, draft_size=CLIPSEG_IMAGE_SIZE)
+        return seen_stored(model, image, size, content_key(data), store)
 
     return vision_cache(model).get(key, compute)
 
@@ -308,12 +333,13 @@ def mask_file(
     prompts: Sequence[str],
     out_dir: Path | None = None,
     full_size_overlays: bool = False,
+    store: VisionStore | None = None,
 ) -> list[tuple[MaskResult, dict[str, str]]]:
     """Masks of several prompts on one image (one vision pass); with out_dir, writes
     <stem>.<prompt>.mask.png / .overlay.jpg (a repeated prompt slug gets -2, -3, ...)."""
     path = Path(path)
     try:
-        seen = see(model, path)
+        seen = see(model, path, store)
     except DecodeError as exc:
         raise WhereinError(f"{path}: {exc}") from None
     out: list[tuple[MaskResult, dict[str, str]]] = []
@@ -384,6 +410,7 @@ def add_masks_to_hits(
     model=None,
     on_error: Callable[[Any, str], None] | None = None,
     full_size_overlays: bool = False,
+    store: VisionStore | None = None,
 ) -> list:
     """Mask `prompt` on each hit's image; write <out_dir>/<rank>-<stem>.<prompt>.mask.png and
     .overlay.jpg.
@@ -398,7 +425,7 @@ def add_masks_to_hits(
     are dropped and get no files; a hit whose file cannot be decoded any more
     keeps None mask fields (and is dropped when min_mask_area is set). The
     prompt's cond is computed once and vision passes are reused across calls
-    (`see`); masks run in a long-lived thread pool (its threads keep their
+    (`see`), and kept on disk in `store` when given; masks run in a long-lived thread pool (its threads keep their
     interpreters between searches), workers x interpreter threads ~ cores.
     """
     if not hits:
@@ -414,7 +441,7 @@ def add_masks_to_hits(
     def one(hit: Any) -> dict[str, Any]:
         path = Path(_hit_get(hit, "path"))
         try:
-            seen = see(model, path)
+            seen = see(model, path, store)
         except DecodeError as exc:
             if on_error is not None:
                 on_error(hit, str(exc))

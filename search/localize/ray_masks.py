@@ -31,6 +31,7 @@ from wherein.search.localize.export import (
 )
 from wherein.search.localize.mask_shards import Item, MaskJob, Outcome, WorkFolder
 from wherein.search.localize.masking import MaskResult, hit_values, open_for_mask
+from wherein.search.localize.vision_store import rounded
 
 # Seconds per stage, summed over images: what a run's time went to (bench_ray_masks).
 STAGES = ("decode", "vision", "decoder", "write")
@@ -47,7 +48,7 @@ def mask_item(
         spent["decode"] += time.perf_counter() - t0
         return Outcome(item.id, None, None, str(exc))
     t1 = time.perf_counter()
-    features = model.image_features(image)
+    features = rounded(model.image_features(image))  # as every mask path rounds it
     t2 = time.perf_counter()
     res = MaskResult.from_probability(prompt, model.decode(features, cond), size)
     values = hit_values(res)

@@ -22,10 +22,12 @@ class Seen:
     image: Image.Image  # RGB, viewing orientation, possibly reduced (JPEG draft)
     size: tuple[int, int]  # the full (W, H) a viewer shows
     features: Any  # clipseg.Features
+    from_store: bool = False  # read from the disk store (vision_store.py), not computed
 
 
 class VisionCache:
-    """A thread-safe LRU of Seen entries; `passes` counts the vision passes it ran."""
+    """A thread-safe LRU of Seen entries; `passes` counts the vision passes it ran
+    (entries read from the disk store are not passes)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -57,7 +59,7 @@ class VisionCache:
                 return seen
             seen = compute()
             with self._lock:
-                self.passes += 1
+                self.passes += not seen.from_store
                 if self.capacity > 0:
                     self._entries[key] = seen
                     while len(self._entries) > self.capacity:

@@ -48,8 +48,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from wherein.schemas.errors import IndexError_, ModelError, WhereinError
 from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import iso_time
+from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes, usable_cache
+from wherein.search.localize.vision_store import VISION_DIR, VisionStore
 from wherein.search.web import DEFAULT_PREFETCH_MASKS, schemas
-from wherein.search.web.cache_limit import CacheJanitor, cache_limit_bytes
 from wherein.search.web.files import FileChanged, IndexedFile, NotFound
 from wherein.search.web.masks import KINDS, MaskService, clean_prompt
 from wherein.search.web.thumbs import ResizedCache
@@ -107,7 +108,7 @@ class WebState:
         self.catalog = self.searcher.store.reader()
         self.db_lock = threading.Lock()
         self.cache_dir = self.index_dir / "cache"
-        writable = _usable_cache(self.cache_dir)
+        writable = usable_cache(self.cache_dir)
         self.thumbs = ResizedCache(self.cache_dir / "thumbs" if writable else None, THUMB_SIDE)
         self.previews = ResizedCache(
             self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85
@@ -119,6 +120,7 @@ class WebState:
             self.searcher.models.root,
             self.cache_dir / "masks" if writable else None,
             on_added=self.janitor.added,
+            store=VisionStore(self.cache_dir / VISION_DIR, self.janitor) if writable else None,
         )
         self._folders: tuple[tuple, list[dict]] | None = None
 
@@ -147,18 +149,6 @@ class WebState:
         out = [{"folder": f, "count": n} for f, n in sorted(counts.items())]
         self._folders = (stamp, out)
         return out
-
-
-def _usable_cache(cache: Path) -> bool:
-    """INDEX/cache may be written: it is a real folder inside the index (not a link elsewhere)."""
-    try:
-        if cache.is_symlink():
-            log.warning("%s is a symbolic link: not caching thumbnails or masks there", cache)
-            return False
-        cache.mkdir(exist_ok=True)
-        return os.access(cache, os.W_OK)
-    except OSError:
-        return False
 
 
 def create_app(
@@ -371,6 +361,7 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         thumbs = _count(cache / "thumbs", "*.jpg")
         previews = _count(cache / "previews", "*.jpg")
         masks = _count(cache / "masks", "*/*.json")
+        vision = _count(cache / VISION_DIR, "*/*.npy")
         info.update(
             standin=state.searcher.models.is_standin,
             models=str(state.searcher.models.root),
@@ -380,12 +371,14 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
                 "thumbs": thumbs,
                 "previews": previews,
                 "masks": masks,
+                "vision_passes": vision,
                 "bytes": _du(cache),
                 "limit_bytes": state.janitor.limit,
                 "pruned_files": state.janitor.pruned,
             },
             masks={
                 "vision_passes": state.masks.vision_passes,
+                "vision_passes_loaded": state.masks.store.loaded if state.masks.store else 0,
                 "decoder_runs": state.masks.decoder_runs,
                 "prefetched": state.masks.prefetched,
                 "prefetch_queued": state.masks.prefetch_queued,

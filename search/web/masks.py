@@ -6,8 +6,9 @@ Model work runs on one long-lived thread: a LiteRT graph keeps one interpreter
 per thread, and the web server's worker threads are many, so running it in
 each request's thread would load (and pack) the graphs again per worker.
 The vision pass (the expensive part) of the last few images is kept in memory
-(with the image decoded reduced, as a preview), so trying several prompts on
-one image costs one vision pass and one decoder run per prompt. After a search,
+(with the image decoded reduced, as a preview), and on disk under
+INDEX/cache/vision (vision_store.py), so trying several prompts on one image,
+even after a restart, costs one vision pass and one decoder run per prompt. After a search,
 the masks of its first hits are made in the background (``prefetch``), behind
 any mask a user asks for, so that opening a hit usually finds its mask ready. The overlay is
 a preview (long side <= masking.PREVIEW_MAX_SIDE); the mask PNG is at the
@@ -30,6 +31,7 @@ from wherein.indexer.imaging import DecodeError, decode
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE
 from wherein.search.localize.vision_cache import Seen, VisionCache
+from wherein.search.localize.vision_store import VisionStore, content_key
 from wherein.search.web.files import FileChanged, IndexedFile, read_verified
 from wherein.search.web.runner import LATER, NOW, PriorityRunner
 from wherein.search.web.thumbs import _write_atomic
@@ -72,9 +74,12 @@ class MaskService:
         cache_dir: Path | None,
         threads: int | None = None,
         on_added: Callable[[list[Path]], object] | None = None,
+        store: VisionStore | None = None,
     ) -> None:
-        """on_added: told of each new entry's files, its .json first (the cache limit)."""
+        """on_added: told of each new entry's files, its .json first (the cache limit);
+        store: where vision passes outlive the process (a restarted server reuses them)."""
         self.on_added = on_added
+        self.store = store
         self.models_root = Path(models_root)
         self.dir = cache_dir
         self.threads = threads
@@ -205,16 +210,17 @@ class MaskService:
         return MaskEntry({**summary, "cached": False}, entry.files)
 
     def _vision(self, f: IndexedFile, model) -> Seen:
-        from wherein.search.localize.masking import seen_image
+        from wherein.search.localize.masking import seen_stored
 
         def compute() -> Seen:
+            data = read_verified(f)
             try:
-                image, size = decode(read_verified(f), draft_size=CLIPSEG_IMAGE_SIZE)
+                image, size = decode(data, draft_size=CLIPSEG_IMAGE_SIZE)
             except DecodeError as exc:
                 raise FileChanged(
                     f"image {f.id}: the indexed file no longer decodes ({exc})"
                 ) from None
-            return seen_image(model, image, size)
+            return seen_stored(model, image, size, content_key(data), self.store)
 
         return self._seen.get(f.key, compute)
 
