@@ -18,9 +18,12 @@ Photos are synthetic 4032x3024 JPEGs (camera size). Per model:
   preview overlay); for comparison, the previous postprocess (stretch the map to
   4032x3024, threshold, label pixels) and a full-size overlay;
 - k hits through `add_masks_to_hits` (what `search --mask` adds), vision cache empty;
-- a second prompt on hits already masked (vision passes cached);
-- `wherein search red -k K --mask` as a fresh process (imports, model load, search, masks);
-- `wherein serve`: GET /api/mask/{id} + its overlay (first prompt on an image, then another).
+- a second prompt on hits already masked (vision passes cached in memory), and a third as a
+  new process has it (vision passes read from INDEX/cache/vision);
+- `wherein search red -k K --mask` as a fresh process (imports, model load, search, masks),
+  then `--mask-prompt` another prompt in another process (passes on disk);
+- `wherein serve`: GET /api/mask/{id} + its overlay (first prompt on an image, then another,
+  then another after a restart).
 Times are medians over --reps runs.
 """
 
@@ -191,30 +194,36 @@ def bench_hits(models_root: Path, photos: list[Path], ks: list[int], reps: int) 
     from wherein.indexer.models.clipseg import load_cached
     from wherein.search.localize import masking
     from wherein.search.localize.masking import add_masks_to_hits, plan_parallelism
+    from wherein.search.localize.vision_store import VISION_DIR, VisionStore
 
     lines = [
         "k hits (`add_masks_to_hits`, what `search --mask` adds: decode, vision, decoder, "
         "postprocess, files; model loaded, cond cached, vision cache empty), then a second prompt "
-        "on the same hits (vision passes cached):",
+        "on the same hits (vision passes cached in memory), then a third as a new process has it "
+        "(memory empty, vision passes read from INDEX/cache/vision):",
         "",
         "| k | workers x threads | wall s | per hit wall ms | CPU s | 2nd prompt wall s | "
-        "2nd prompt per hit: wall ms | CPU ms |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "2nd prompt per hit: wall ms | CPU ms | from disk: per hit wall ms | CPU ms |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for k in ks:
         hits = _hits(photos, k)
         workers, threads = plan_parallelism(k)
         model = load_cached(models_root, threads)
         second = [f"a blue ball {i}" for i in range(reps)]
-        for p in ["a red ball", *second]:
+        third = [f"a green ball {i}" for i in range(reps)]
+        for p in ["a red ball", *second, *third]:
             model.encode_prompt(p)  # steady state: the text graph ran once per prompt
         add_masks_to_hits(hits[:1], "a red ball", Path(tempfile.mkdtemp()), models_root)  # warm
-        firsts, cpus, seconds, cpus2 = [], [], [], []
+        firsts, cpus, seconds, cpus2, thirds, cpus3 = [], [], [], [], [], []
         for i in range(reps):
             masking._CACHES.pop(model, None)  # a fresh process's cache: every vision pass runs
             with tempfile.TemporaryDirectory() as tmp:
+                store = VisionStore(Path(tmp) / "cache" / VISION_DIR)
                 wall, cpu, out = _timed(
-                    lambda: add_masks_to_hits(hits, "a red ball", Path(tmp), models_root)  # noqa: B023
+                    lambda h=hits, t=tmp, s=store: add_masks_to_hits(
+                        h, "a red ball", Path(t), models_root, store=s
+                    )
                 )
                 assert len(out) == k and all(h.mask_path for h in out)
                 firsts.append(wall)
@@ -225,10 +234,23 @@ def bench_hits(models_root: Path, photos: list[Path], ks: list[int], reps: int) 
                 assert len(out2) == k
                 seconds.append(wall2)
                 cpus2.append(cpu2)
-        w, c, w2, c2 = (statistics.median(x) for x in (firsts, cpus, seconds, cpus2))
+                masking._CACHES.pop(model, None)  # a new process: only the disk has the passes
+                disk = VisionStore(store.root)
+                wall3, cpu3, out3 = _timed(
+                    lambda h=hits, p=third[i], t=tmp, s=disk: add_masks_to_hits(
+                        h, p, Path(t) / "3", models_root, store=s
+                    )
+                )
+                assert len(out3) == k and disk.loaded == k
+                thirds.append(wall3)
+                cpus3.append(cpu3)
+        w, c, w2, c2, w3, c3 = (
+            statistics.median(x) for x in (firsts, cpus, seconds, cpus2, thirds, cpus3)
+        )
         lines.append(
             f"| {k} | {workers} x {threads} | {w:.2f} | {1000 * w / k:.0f} | {c:.2f} | "
-            f"{w2:.3f} | {1000 * w2 / k:.0f} | {1000 * c2 / k:.0f} |"
+            f"{w2:.3f} | {1000 * w2 / k:.0f} | {1000 * c2 / k:.0f} | "
+            f"{1000 * w3 / k:.0f} | {1000 * c3 / k:.0f} |"
         )
     return lines + [""]
 
@@ -273,21 +295,26 @@ def bench_cli(work: Path, models: Path, photos: list[Path], k: int, reps: int) -
             assert len(hits) == k and all(h["mask_path"] for h in hits), r.stdout[-500:]
         return wall, ""
 
-    masked, plain, failed = [], [], []
-    for i in range(reps):  # interleaved, so both see the same load
+    stored = Path(env["WHEREIN_INDEX"]) / "cache" / "vision"
+    masked, again, plain, failed = [], [], [], []
+    for i in range(reps):  # interleaved, so all see the same load
         out = work / f"cli-masks-{i}"
+        shutil.rmtree(stored, ignore_errors=True)  # the first masked run computes every pass
         for args, walls in (
             (["search", "red", "-k", str(k), "--mask", "--out", str(out), "--json"], masked),
+            (["search", "red", "-k", str(k), "--mask", "--mask-prompt", f"a blue ball {i}",
+              "--out", str(out / "2"), "--json"], again),
             (["search", "red", "-k", str(k), "--json"], plain),
-        ):
+        ):  # fmt: skip
             wall, err = run(args)
             (failed.append(f"{' '.join(args[:5])}: {err}") if err else walls.append(wall))
     med = {n: f"{statistics.median(w):.2f} s" if w else "failed" for n, w in
-           (("masked", masked), ("plain", plain))}  # fmt: skip
+           (("masked", masked), ("again", again), ("plain", plain))}  # fmt: skip
     return [
         f"`wherein search red -k {k} --mask` as a fresh process (imports, CLIPSeg load, search, "
-        f"{k} masks): median {med['masked']} wall over {len(masked)} "
-        f"(the same search without --mask: {med['plain']}).",
+        f"{k} masks): median {med['masked']} wall over {len(masked)}; then another "
+        f"`--mask-prompt` on the same hits, a new process reading the {k} vision passes from "
+        f"INDEX/cache/vision: {med['again']} (the same search without --mask: {med['plain']}).",
         *(f"Failed run: {f}" for f in failed),
         "",
     ]
@@ -300,7 +327,8 @@ def bench_web(work: Path, models: Path, photos: list[Path], reps: int) -> list[s
     from wherein.search.web.app import create_app
 
     index = work / f"index-{models.name}"
-    shutil.rmtree(index / "cache" / "masks", ignore_errors=True)  # masks of an earlier run
+    for kind in ("masks", "vision"):  # masks and vision passes of an earlier run
+        shutil.rmtree(index / "cache" / kind, ignore_errors=True)
     rows = []
     # On demand first: no background masks, so every open below pays its own vision pass.
     app = create_app(index, models, prefetch_masks=0)
@@ -324,11 +352,14 @@ def bench_web(work: Path, models: Path, photos: list[Path], reps: int) -> list[s
             assert client.get(m["mask_url"]).status_code == 200
             mask_png.append((time.perf_counter() - t, time.process_time() - c))
         status = client.get("/api/status").json()["masks"]
+    restarted = restarted_open(index, models, ids, reps)
+    shutil.rmtree(index / "cache" / "vision", ignore_errors=True)  # the guesses compute theirs
     ahead, made_in = prefetched_open(index, models, len(ids), reps)
     rows = [
         ("open a hit's mask, first prompt on the image (decode + vision + decoder + files)", first),
         ("another prompt on the same image (vision pass cached)", again),
         ("then the mask PNG link (cached file)", mask_png),
+        ("a restarted server: another prompt on an image (vision pass read from disk)", restarted),
         (
             "open a hit's mask made in the background after the search "
             f"(--prefetch-masks {min(reps, len(ids))}: made {made_in:.1f} s after the search)",
@@ -350,6 +381,28 @@ def bench_web(work: Path, models: Path, photos: list[Path], reps: int) -> list[s
             f"{1000 * statistics.median(cpus):.0f} |"
         )
     return lines + [""]
+
+
+def restarted_open(
+    index: Path, models: Path, ids: list[int], reps: int
+) -> list[tuple[float, float]]:
+    """A new app on the same index: new prompts on the images opened before."""
+    from fastapi.testclient import TestClient
+
+    from wherein.search.web.app import create_app
+
+    with TestClient(
+        create_app(index, models, prefetch_masks=0), base_url="http://127.0.0.1"
+    ) as client:
+        client.get(f"/api/mask/{ids[-1]}", params={"prompt": "warm-up 2"})  # model load
+        opens = []
+        for i in range(reps):
+            t, c = time.perf_counter(), time.process_time()
+            m = client.get(f"/api/mask/{ids[i % len(ids)]}", params={"prompt": f"green {i}"}).json()
+            assert client.get(m["overlay_url"]).status_code == 200, m
+            opens.append((time.perf_counter() - t, time.process_time() - c))
+        assert client.get("/api/status").json()["masks"]["vision_passes"] == 0
+    return opens
 
 
 def prefetched_open(
