@@ -83,6 +83,20 @@ def blob_to_vector(b: bytes) -> np.ndarray:
 _FS_CODEC = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
 
 
+def _key(path: str | os.PathLike[str]) -> bytes:
+    """The stored form of a path: its bytes as the OS has them (os.fsencode).
+
+    A str holding a surrogate outside U+DC80..U+DCFF cannot come from a file name (the OS
+    decodes undecodable bytes into that range only): a clear error, not a UnicodeEncodeError.
+    """
+    try:
+        return os.fsencode(path)
+    except UnicodeEncodeError:
+        raise IndexError_(
+            f"{os.fspath(path)!a}: not a possible file name (it holds a lone surrogate)"
+        ) from None
+
+
 def _path(stored: bytes | str) -> str:
     """os.fsdecode without its per-call checks (known_files decodes every row).
 
@@ -340,7 +354,7 @@ class Catalog:
 
     def ids_for_paths(self, paths: Iterable[str]) -> dict[str, int]:
         """path -> id, for those of the paths that have a row."""
-        keys = [os.fsencode(p) for p in paths]
+        keys = [_key(p) for p in paths]
         out: dict[str, int] = {}
         for start in range(0, len(keys), _CHUNK):
             chunk = keys[start : start + _CHUNK]
@@ -381,7 +395,7 @@ class Catalog:
         conds, args = [], []
         sep = os.sep.encode()
         for folder in under:
-            base = os.fsencode(folder).rstrip(sep)
+            base = _key(folder).rstrip(sep)
             # Below base: base + "/" <= path < base + "0" ("0" follows "/" in every encoding).
             conds.append(
                 f"({column} = {self._p} OR ({column} >= {self._p} AND {column} < {self._p}))"
@@ -401,7 +415,7 @@ class Catalog:
     def row_by_path(self, path: str) -> dict | None:
         """The row of the image at this exact path (as rows_by_ids gives it), or None."""
         row = self._conn.execute(
-            f"{_SELECT_IMAGES} WHERE path = {self._p}", (os.fsencode(path),)
+            f"{_SELECT_IMAGES} WHERE path = {self._p}", (_key(path),)
         ).fetchone()
         return self._row(row) if row else None
 
@@ -475,7 +489,7 @@ class Catalog:
     def insert_image(self, record: dict, vector: np.ndarray | None) -> int:
         """A new row (record: path, size, mtime_ns, sha256, width, height, format,
         indexed_at, model_id) and its embedding; clears a skip of that path. Returns its id."""
-        key = os.fsencode(record["path"])
+        key = _key(record["path"])
         cur = self._conn.execute(
             "INSERT INTO images(path, size, mtime_ns, sha256, width, height, format, indexed_at, model_id) "
             "VALUES (:key, :size, :mtime_ns, :sha256, :width, :height, :format, :indexed_at, :model_id)",
@@ -497,7 +511,7 @@ class Catalog:
             "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
             "indexed_at, model_id) VALUES (:id, :key, :size, :mtime_ns, :sha256, :width, "
             ":height, :format, :indexed_at, :model_id)",
-            ({**r, "key": os.fsencode(r["path"])} for r in records),
+            ({**r, "key": _key(r["path"])} for r in records),
         )
         if self._vfile is not None:
             # Rows first: an id clash fails here, before the file row of a committed id is touched.
@@ -522,7 +536,7 @@ class Catalog:
 
     def relink(self, image_id: int, path: str, size: int, mtime_ns: int) -> None:
         """The file moved (same content): the row keeps its id and vector under the new path."""
-        key = os.fsencode(path)
+        key = _key(path)
         gone = self._conn.execute(
             "DELETE FROM images WHERE path = ? AND id != ? RETURNING id", (key, image_id)
         ).fetchall()
@@ -557,7 +571,7 @@ class Catalog:
         self, path: str, reason: str, size: int | None, mtime_ns: int | None, when: str
     ) -> None:
         """Remember an unreadable file (and drop its row, if it had one)."""
-        key = os.fsencode(path)
+        key = _key(path)
         self._conn.execute(
             "INSERT INTO skipped(path, reason, size, mtime_ns, seen_at) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(path) DO UPDATE SET reason = excluded.reason, size = excluded.size, "
@@ -571,7 +585,7 @@ class Catalog:
         """Bulk record_skip for (path, reason, size, mtime_ns, when) of files with no row."""
         self._conn.executemany(
             "INSERT OR REPLACE INTO skipped(path, reason, size, mtime_ns, seen_at) VALUES (?, ?, ?, ?, ?)",
-            ((os.fsencode(p), *rest) for p, *rest in skips),
+            ((_key(p), *rest) for p, *rest in skips),
         )
 
     def skipped(self, under: Sequence[str] | None = None) -> list[dict]:
@@ -585,9 +599,7 @@ class Catalog:
         return [{**dict(zip(cols, r)), "path": _path(r[0])} for r in cur]
 
     def forget_skips(self, paths: Iterable[str]) -> None:
-        self._conn.executemany(
-            "DELETE FROM skipped WHERE path = ?", [(os.fsencode(p),) for p in paths]
-        )
+        self._conn.executemany("DELETE FROM skipped WHERE path = ?", [(_key(p),) for p in paths])
 
     # -- labels (wherein label) -------------------------------------------
     def has_labels(self) -> bool:
