@@ -59,7 +59,11 @@ def _check(index: Path) -> dict:
 def _centroids(index: Path) -> np.ndarray:
     import faiss
 
-    whole = faiss.read_index(str(index / "vectors.faiss"))  # owns the quantizer: keep it alive
+    from wherein.indexer.store.vectors import VectorIndex
+
+    vi = VectorIndex(index)  # maps an on-disk index's .ivfdata from the index folder
+    assert vi.load()
+    whole = vi.index  # owns the quantizer: keep it alive
     ivf = faiss.extract_index_ivf(whole)
     return faiss.downcast_index(ivf.quantizer).reconstruct_n(0, ivf.nlist).copy()
 

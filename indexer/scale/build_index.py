@@ -15,7 +15,8 @@ taken oldest first), into a new index, or with ``append`` into one built earlier
   shards. When even the IVF codes exceed half the budget, blocks are filled
   separately and merged on disk into a memory-mapped ``.ivfdata`` (kind
   "ivf-sq8-ondisk"; a later catalog change rebuilds it in memory through the
-  normal sync).
+  normal sync). The .ivfdata always lies beside vectors.faiss, which names it by file
+  name only (store/vectors.py): the index folder can be moved or copied whole.
 - Append keeps the trained quantizer: new vectors go into its lists, rows a newer
   shard replaced leave them, and the lists of an on-disk index are copied as codes,
   never re-assigned. Then recall_check.py measures recall@10 for the new vectors;
@@ -41,11 +42,16 @@ from wherein.indexer.scale.embed_set import EmbedSet, open_set
 from wherein.indexer.scale.recall_check import RECALL_TARGET, measure
 from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import CATALOG_FILE, IndexStore
-from wherein.indexer.store.vectors import IndexChoice, apply_search_params, choose_index, new_index
+from wherein.indexer.store.vectors import (
+    ONDISK_KIND,
+    IndexChoice,
+    apply_search_params,
+    choose_index,
+    new_index,
+)
 from wherein.schemas.errors import IndexError_
 
 IVFDATA_FILE = "vectors.ivfdata"
-ONDISK_KIND = "ivf-sq8-ondisk"
 RESCORE_CHOICES = ("float16", "float32")
 
 

@@ -91,7 +91,11 @@ class IndexStore:
             raise _catalog_error(db, exc, readonly) from exc
         store = cls(d, catalog, lock_fd)
         if load_vectors:
-            store.vectors.load()
+            try:
+                store.vectors.load()
+            except BaseException:  # an on-disk index's .ivfdata missing: release lock and catalog
+                store.close()
+                raise
         return store
 
     def reader(self) -> Catalog:

@@ -6,14 +6,22 @@ either is missing, unreadable or behind the catalog (a crash between a SQLite
 commit and the next save), ``sync`` brings the index back in line from the
 catalog: by id difference when only rows came and went, by a full rebuild when
 the model or the index type changed.
+
+An on-disk IVF index (kind ``ivf-sq8-ondisk``) keeps its lists in a memory-mapped
+``.ivfdata`` file beside ``vectors.faiss``. FAISS stores that file's name inside
+``vectors.faiss``; wherein stores the bare name and always opens it from the folder
+``vectors.faiss`` is read from, so an index folder can be moved or copied whole.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import faiss
 import numpy as np
@@ -21,9 +29,11 @@ import numpy as np
 from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.atomic import atomic_path, write_atomic
 from wherein.indexer.store.catalog import Catalog
+from wherein.schemas.errors import IndexError_
 
 FAISS_FILE = "vectors.faiss"
 SIDECAR_FILE = "vectors.json"
+ONDISK_KIND = "ivf-sq8-ondisk"  # IVF whose lists live in a memory-mapped .ivfdata file
 
 EXACT_LIMIT = 100_000  # below this, exact search is fast enough and has recall 1.0
 BYTES_PER_VECTOR = {"flat": 4.0, "sq8": 1.0}  # per dimension, plus ids
@@ -125,7 +135,8 @@ class VectorIndex:
         """Load what is on disk; False when there is nothing usable (it will be rebuilt)."""
         try:
             side = json.loads(self.sidecar_path.read_text())
-            index = faiss.read_index(str(self.faiss_path))
+            ondisk = (side.get("index") or {}).get("kind") == ONDISK_KIND
+            index = read_index_file(self.faiss_path, ondisk)
         except (OSError, ValueError, RuntimeError):
             return False
         choice = IndexChoice(**side["index"])
@@ -140,7 +151,7 @@ class VectorIndex:
     def save(self) -> None:
         assert self.index is not None and self.choice is not None
         self.dir.mkdir(parents=True, exist_ok=True)
-        with atomic_path(self.faiss_path) as tmp:
+        with atomic_path(self.faiss_path) as tmp, _ivfdata_named_by_file_name(self.index, self.dir):
             write_index_file(self.index, tmp)
         side = {
             "generation": self.generation,
@@ -261,6 +272,75 @@ def write_index_file(index: faiss.Index, path: Path) -> None:
     with open(path, "wb") as f:
         # PyCallbackIOWriter is in faiss's SWIG module but not in its stubs.
         faiss.write_index(index, faiss.PyCallbackIOWriter(f.write, 1 << 20))  # type: ignore[attr-defined, unused-ignore]
+
+
+def ondisk_lists(index: faiss.Index) -> faiss.OnDiskInvertedLists | None:
+    """The memory-mapped inverted lists of an on-disk IVF index; None for any other index."""
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None or ivf.invlists is None:
+        return None
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    return lists if isinstance(lists, faiss.OnDiskInvertedLists) else None
+
+
+def read_index_file(path: Path, ondisk: bool = False) -> faiss.Index:
+    """Read ``vectors.faiss``; an on-disk index maps the .ivfdata of the same folder.
+
+    Whatever folder the file names (the build's absolute path in indexes written before
+    the bare name was stored), only its file name counts: a moved index finds its data,
+    and a copy never reads the original's. FAISS' own IO_FLAG_ONDISK_SAME_DIR does the
+    same resolution but printf()s a line on stdout (breaking ``--json``) and reports a
+    missing file as a C++ error; reading the lists unmapped (IO_FLAG_SKIP_IVF_DATA) and
+    mapping them here allows a one-line error instead. A read-only file (a read-only
+    mount) is mapped read-only: a loaded on-disk index is only searched, never modified
+    (a catalog change rebuilds the vectors in memory, an append writes a new file).
+    """
+    if not ondisk:
+        return faiss.read_index(str(path))
+    index = faiss.read_index(str(path), faiss.IO_FLAG_SKIP_IVF_DATA)
+    lists = ondisk_lists(index)
+    if lists is None:  # vectors.json describes another file: stale, rebuilt by the caller
+        raise RuntimeError(f"{path}: no on-disk inverted lists")
+    data = path.absolute().parent / PurePath(lists.filename).name
+    try:
+        size = data.stat().st_size
+    except FileNotFoundError:
+        raise IndexError_(
+            f"{data}: missing; {path.name} keeps its vectors in it (copy it back beside "
+            f"{path.name}, or delete {path.name} to rebuild the vectors from the catalog)"
+        ) from None
+    if size < lists.totsize:  # mapping it would crash (SIGBUS) at the first search
+        raise IndexError_(
+            f"{data}: {size} bytes, {path.name} needs {lists.totsize} (an incomplete copy?)"
+        )
+    lists.filename = str(data)
+    lists.read_only = not os.access(data, os.W_OK)
+    try:
+        lists.do_mmap()
+    except RuntimeError as exc:
+        reason = str(exc).rsplit("failed: ", 1)[-1]
+        raise IndexError_(f"{data}: cannot map the index's vectors: {reason}") from None
+    return index
+
+
+@contextmanager
+def _ivfdata_named_by_file_name(index: faiss.Index, folder: Path) -> Iterator[None]:
+    """While writing: on-disk lists name their .ivfdata by file name only (read_index_file
+    looks for it beside vectors.faiss), so the file written holds no folder of this machine."""
+    lists = ondisk_lists(index)
+    if lists is None:
+        yield
+        return
+    full = lists.filename
+    if Path(full).resolve().parent != folder.resolve():
+        raise ValueError(
+            f"{full}: an on-disk index keeps its .ivfdata beside {folder / FAISS_FILE}"
+        )
+    lists.filename = PurePath(full).name
+    try:
+        yield
+    finally:
+        lists.filename = full
 
 
 def _ivf_outgrown(have: IndexChoice, want: IndexChoice) -> bool:
