@@ -79,6 +79,8 @@ def _check(index: Path) -> None:
     info = json.loads(res.output)
     assert info["check"]["ok"], info["check"]
     assert info["vector_index"]["kind"] == "ivf-sq8-ondisk" and info["images"] == N
+    ivfdata = [n for n in info["disk_bytes"] if n.endswith(".ivfdata")]  # counted in the total
+    assert ivfdata and info["disk_bytes"][ivfdata[0]] == (index / ivfdata[0]).stat().st_size
 
 
 def test_vectors_faiss_names_its_ivfdata_without_a_folder(built):

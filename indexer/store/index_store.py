@@ -130,11 +130,18 @@ class IndexStore:
 
     # -- inspection -------------------------------------------------------
     def disk_usage(self) -> dict[str, int]:
+        """Bytes on disk per index file; vectors.f16 by its allocated blocks (deleted rows'
+        blocks are punched out), on-disk IVF lists (*.ivfdata) included."""
         sizes = {}
-        for name in (CATALOG_FILE, CATALOG_FILE + "-wal", FAISS_FILE, SIDECAR_FILE, VECTOR_FILE):
-            p = self.dir / name
-            if p.exists():
-                sizes[name] = p.stat().st_size
+        names = [CATALOG_FILE, CATALOG_FILE + "-wal", FAISS_FILE, SIDECAR_FILE, VECTOR_FILE]
+        names += sorted(p.name for p in self.dir.glob("*.ivfdata"))
+        for name in names:
+            try:
+                st = (self.dir / name).stat()
+            except OSError:
+                continue
+            sparse = name == VECTOR_FILE and hasattr(st, "st_blocks")
+            sizes[name] = min(st.st_size, st.st_blocks * 512) if sparse else st.st_size
         return sizes
 
     def check(self) -> CheckReport:
