@@ -533,6 +533,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         f, p = state.indexed(image_id), clean_prompt(prompt)
 
         def make() -> tuple[Path | bytes, bool]:
+            if kind == "mask":
+                return state.masks.mask_png(f, p)
             entry = state.masks.get(f, p)
             return entry.files[kind], bool(entry.summary.get("cached"))
 

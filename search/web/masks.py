@@ -12,7 +12,7 @@ even after a restart, costs one vision pass and one decoder run per prompt. Afte
 the masks of its first hits are made in the background (``prefetch``), behind
 any mask a user asks for, so that opening a hit usually finds its mask ready. The overlay is
 a preview (long side <= masking.PREVIEW_MAX_SIDE); the mask PNG is at the
-image's size. The prompt only reaches file names as a slug plus a hash.
+image's size and made when it is first asked for (the page shows the overlay). The prompt only reaches file names as a slug plus a hash.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from wherein.search.web.thumbs import _write_atomic
 MAX_PROMPT_CHARS = 200
 FEATURE_CACHE = 8  # images whose vision pass is kept: ~4.5 MB of t3/t6/t9 + a preview each
 MEMORY_CACHE = 32  # results kept in memory when the index folder is read-only
+RECENT_RESULTS = 16  # masks (352 maps, ~0.5 MB each) whose photo-size PNG can still be made cheaply
 KINDS = {"overlay": ("overlay.jpg", "image/jpeg"), "mask": ("mask.png", "image/png")}
 
 
@@ -49,7 +50,8 @@ class BadPrompt(WhereinError):
 @dataclass
 class MaskEntry:
     summary: dict[str, Any]  # MaskResult.summary() plus id and cached
-    files: dict[str, Path | bytes]  # kind -> file on disk, or bytes kept in memory
+    # kind -> file on disk, or bytes kept in memory; "mask" only once it was asked for
+    files: dict[str, Path | bytes]
 
 
 def clean_prompt(prompt: str | None) -> str:
@@ -86,6 +88,7 @@ class MaskService:
         self.decoder_runs = 0
         self._seen = VisionCache(FEATURE_CACHE)
         self._memory: OrderedDict[str, MaskEntry] = OrderedDict()
+        self._results: OrderedDict[str, Any] = OrderedDict()  # key -> MaskResult, recent ones
         self._lock = threading.Lock()
         self._image_locks: dict[str, threading.Lock] = {}
         self._runner = PriorityRunner("wherein-masks")
@@ -114,6 +117,18 @@ class MaskService:
             if entry is not None:
                 return entry
             return self._runner.submit(lambda: self._ensure(f, prompt, pkey), NOW).result()
+
+    def mask_png(self, f: IndexedFile, prompt: str) -> tuple[Path | bytes, bool]:
+        """The photo-size mask PNG and whether it was cached. It is made on the first request
+        for it, not with the mask: the page shows the overlay, and a 12-MP 1-bit PNG costs
+        about as much as the decoder run (16-37 ms here)."""
+        entry = self.get(f, prompt)
+        made = entry.files.get("mask")
+        if made is not None:
+            return made, True
+        p = clean_prompt(prompt)
+        pkey = prompt_key(p)
+        return self._runner.submit(lambda: self._make_png(f, p, pkey), NOW).result(), False
 
     def prefetch(self, files: list[Callable[[], IndexedFile]], prompt: str) -> int:
         """Make the masks of these hits in the background, after any asked-for mask.
@@ -163,20 +178,22 @@ class MaskService:
             return None
         meta = folder / f"{pkey}.json"
         files = {kind: folder / f"{pkey}.{suffix}" for kind, (suffix, _) in KINDS.items()}
-        if not meta.is_file() or not all(p.is_file() for p in files.values()):
+        if not meta.is_file() or not files["overlay"].is_file():
             return None
         try:
             summary = json.loads(meta.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        return MaskEntry({**summary, "cached": True}, dict(files))
+        made: dict[str, Path | bytes] = {k: p for k, p in files.items() if p.is_file()}
+        return MaskEntry({**summary, "cached": True}, made)
 
     def _ensure(self, f: IndexedFile, prompt: str, pkey: str) -> MaskEntry:
         """On the mask thread: the cached result, else a new one (a guess may have made it
         while this request waited)."""
         return self._cached(f, pkey) or self._compute(f, prompt, pkey)
 
-    def _compute(self, f: IndexedFile, prompt: str, pkey: str) -> MaskEntry:
+    def _result(self, f: IndexedFile, prompt: str, pkey: str) -> tuple[Any, Seen]:
+        """On the mask thread: the prompt's mask on the image (a decoder run on its pass)."""
         from wherein.search.localize.masking import MaskResult
 
         model = self.model
@@ -185,29 +202,60 @@ class MaskService:
             prompt, model.decode(seen.features, model.encode_prompt(prompt)), seen.size
         )
         self.decoder_runs += 1
+        with self._lock:
+            self._results[f"{f.key}/{pkey}"] = res
+            while len(self._results) > RECENT_RESULTS:
+                self._results.popitem(last=False)
+        return res, seen
+
+    def _compute(self, f: IndexedFile, prompt: str, pkey: str) -> MaskEntry:
+        res, seen = self._result(f, prompt, pkey)
         summary = {"id": f.id, **res.summary()}
-        blobs = {"overlay": res.overlay_jpeg(seen.image), "mask": res.mask_png()}
+        overlay = res.overlay_jpeg(seen.image)
         folder = self._folder(f)
         if folder is not None:
             try:
-                files: dict[str, Path | bytes] = {}
-                for kind, (suffix, _) in KINDS.items():
-                    path = folder / f"{pkey}.{suffix}"
-                    _write_atomic(path, blobs[kind])
-                    files[kind] = path
+                path = folder / f"{pkey}.{KINDS['overlay'][0]}"
+                _write_atomic(path, overlay)
                 meta = folder / f"{pkey}.json"
                 _write_atomic(meta, json.dumps(summary).encode())  # last: marks complete
                 if self.on_added is not None:
-                    self.on_added([meta, *(p for p in files.values() if isinstance(p, Path))])
-                return MaskEntry({**summary, "cached": False}, files)
+                    self.on_added([meta, path])
+                return MaskEntry({**summary, "cached": False}, {"overlay": path})
             except OSError:
                 self.dir = None  # read-only index: keep results in memory from now on
-        entry = MaskEntry(summary, dict(blobs))
+        entry = MaskEntry(summary, {"overlay": overlay})
         with self._lock:
             self._memory[f"{f.key}/{pkey}"] = entry
             while len(self._memory) > MEMORY_CACHE:
                 self._memory.popitem(last=False)
-        return MaskEntry({**summary, "cached": False}, entry.files)
+        return MaskEntry({**summary, "cached": False}, dict(entry.files))
+
+    def _make_png(self, f: IndexedFile, prompt: str, pkey: str) -> Path | bytes:
+        """On the mask thread: the mask PNG from the recent result, else from a decoder run."""
+        key = f"{f.key}/{pkey}"
+        folder = self._folder(f)
+        path = folder / f"{pkey}.{KINDS['mask'][0]}" if folder is not None else None
+        if path is not None and path.is_file():
+            return path  # made while this request waited
+        with self._lock:
+            res = self._results.get(key)
+        if res is None:
+            res, _ = self._result(f, prompt, pkey)
+        png = res.mask_png()
+        if path is not None:
+            try:
+                _write_atomic(path, png)
+                if self.on_added is not None:
+                    self.on_added([path])
+                return path
+            except OSError:
+                self.dir = None
+        with self._lock:
+            mem = self._memory.get(key)
+            if mem is not None:
+                mem.files["mask"] = png
+        return png
 
     def _vision(self, f: IndexedFile, model) -> Seen:
         from wherein.search.localize.masking import seen_stored
