@@ -14,8 +14,8 @@ from PIL import Image
 
 from wherein.indexer.models.clipseg import ClipSeg
 from wherein.indexer.models.modeldir import ModelDir
-from wherein.search.web.files import IndexedFile
 from wherein.search.web import masks as M
+from wherein.search.web.files import IndexedFile
 from wherein.search.web.masks import MaskService
 
 from conftest import draw_shape
