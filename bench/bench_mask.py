@@ -358,7 +358,7 @@ def bench_web(work: Path, models: Path, photos: list[Path], reps: int) -> list[s
     rows = [
         ("open a hit's mask, first prompt on the image (decode + vision + decoder + files)", first),
         ("another prompt on the same image (vision pass cached)", again),
-        ("then the mask PNG link (cached file)", mask_png),
+        ("then the mask PNG link (made on its first request, from the kept result)", mask_png),
         ("a restarted server: another prompt on an image (vision pass read from disk)", restarted),
         (
             "open a hit's mask made in the background after the search "
