@@ -67,6 +67,10 @@ def draw(photos: list[Path]) -> None:
     draw_shape(photos[2], "green")
 
 
+def masked(models: Path, model, store, paths: list[Path], prompt: str, out: Path) -> list:
+    return add_masks_to_hits(hits_of(paths), prompt, out, models, model=model, store=store)
+
+
 def masks(hits: list) -> list[tuple]:
     return [(h.bbox, h.mask_area, h.mask_score) for h in hits]
 
@@ -76,24 +80,18 @@ def test_a_new_process_masks_stored_photos_with_the_decoder_only(standin_models,
     store_dir = tmp_path / "index" / "cache" / VISION_DIR
     first, seen = fresh_model(standin_models)
     store = VisionStore(store_dir)
-    red = add_masks_to_hits(
-        hits_of(photos), "red", tmp_path / "o1", standin_models, model=first, store=store
-    )
+    red = masked(standin_models, first, store, photos, "red", tmp_path / "o1")
     assert seen.runs == 3 and store.saved == 3
     assert red[0].mask_area > 0.3 and red[2].bbox is None  # the masks are real ones
 
     later, refused = fresh_model(standin_models, refuse=True)
     store2 = VisionStore(store_dir)
-    again = add_masks_to_hits(
-        hits_of(photos), "red", tmp_path / "o2", standin_models, model=later, store=store2
-    )
+    again = masked(standin_models, later, store2, photos, "red", tmp_path / "o2")
     assert store2.loaded == 3
     assert masks(again) == masks(red)  # a stored pass gives the mask a fresh one gave
     for a, b in zip(red, again, strict=True):
         assert Path(a.mask_path).read_bytes() == Path(b.mask_path).read_bytes()
-    green = add_masks_to_hits(
-        hits_of(photos), "green", tmp_path / "o3", standin_models, model=later, store=store2
-    )
+    green = masked(standin_models, later, store2, photos, "green", tmp_path / "o3")
     assert green[2].mask_area > 0.3 and green[0].bbox is None
 
 
@@ -101,37 +99,28 @@ def test_a_renamed_photo_keeps_its_entry_a_changed_one_does_not(standin_models, 
     draw(photos)
     store_dir = tmp_path / "cache" / VISION_DIR
     model, _ = fresh_model(standin_models)
-    add_masks_to_hits(
-        hits_of(photos[:1]),
-        "red",
-        tmp_path / "o",
+    masked(
         standin_models,
-        model=model,
-        store=VisionStore(store_dir),
+        model,
+        VisionStore(store_dir, photos[:1], "red", tmp_path / "o"),
     )
 
     moved = photos[0].with_name("renamed.jpg")
     os.rename(photos[0], moved)
     later, refused = fresh_model(standin_models, refuse=True)
-    (hit,) = add_masks_to_hits(
-        hits_of([moved]),
-        "red",
-        tmp_path / "o2",
+    (hit,) = masked(
         standin_models,
-        model=later,
-        store=VisionStore(store_dir),
+        later,
+        VisionStore(store_dir, [moved], "red", tmp_path / "o2"),
     )
     assert hit.mask_area > 0.3
 
     draw_shape(moved, "blue", quality=95)  # same name, other content
     later, counted = fresh_model(standin_models)
-    (hit,) = add_masks_to_hits(
-        hits_of([moved]),
-        "red",
-        tmp_path / "o3",
+    (hit,) = masked(
         standin_models,
-        model=later,
-        store=VisionStore(store_dir),
+        later,
+        VisionStore(store_dir, [moved], "red", tmp_path / "o3"),
     )
     assert counted.runs == 1 and hit.bbox is None  # the blue photo, not the stored red one
 
@@ -140,21 +129,16 @@ def test_a_damaged_entry_is_computed_again(standin_models, photos, tmp_path):
     draw(photos)
     store_dir = tmp_path / "cache" / VISION_DIR
     model, _ = fresh_model(standin_models)
-    want = add_masks_to_hits(
-        hits_of(photos[:1]),
-        "red",
-        tmp_path / "o",
+    want = masked(
         standin_models,
-        model=model,
-        store=VisionStore(store_dir),
+        model,
+        VisionStore(store_dir, photos[:1], "red", tmp_path / "o"),
     )
     (entry,) = store_dir.glob("*/*.npy")
     entry.write_bytes(entry.read_bytes()[:1000])  # torn
     later, counted = fresh_model(standin_models)
     store = VisionStore(store_dir)
-    got = add_masks_to_hits(
-        hits_of(photos[:1]), "red", tmp_path / "o2", standin_models, model=later, store=store
-    )
+    got = masked(standin_models, later, store, photos[:1], "red", tmp_path / "o2")
     assert counted.runs == 1 and store.loaded == 0 and masks(got) == masks(want)
     assert entry.is_file() and entry.stat().st_size > 1000  # written again whole
 
@@ -177,16 +161,12 @@ def test_stored_passes_obey_the_cache_size_limit(standin_models, photos, tmp_pat
     cache = tmp_path / "cache"
     model, _ = fresh_model(standin_models)
     one = VisionStore(cache / VISION_DIR)
-    add_masks_to_hits(
-        hits_of(photos[:1]), "red", tmp_path / "o", standin_models, model=model, store=one
-    )
+    masked(standin_models, model, one, photos[:1], "red", tmp_path / "o")
     (entry,) = (cache / VISION_DIR).glob("*/*.npy")
     size = entry.stat().st_size
     os.utime(entry, ns=(1, 1))  # the oldest-used entry
     store = VisionStore(cache / VISION_DIR, CacheJanitor(cache, limit_bytes=int(size * 2.5)))
-    add_masks_to_hits(
-        hits_of(photos), "red", tmp_path / "o2", standin_models, model=model, store=store
-    )
+    masked(standin_models, model, store, photos, "red", tmp_path / "o2")
     left = sorted(cache.glob(f"{VISION_DIR}/*/*.npy"))
     assert len(left) == 2 and entry not in left
 
