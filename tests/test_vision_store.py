@@ -99,29 +99,17 @@ def test_a_renamed_photo_keeps_its_entry_a_changed_one_does_not(standin_models, 
     draw(photos)
     store_dir = tmp_path / "cache" / VISION_DIR
     model, _ = fresh_model(standin_models)
-    masked(
-        standin_models,
-        model,
-        VisionStore(store_dir, photos[:1], "red", tmp_path / "o"),
-    )
+    masked(standin_models, model, VisionStore(store_dir), photos[:1], "red", tmp_path / "o")
 
     moved = photos[0].with_name("renamed.jpg")
     os.rename(photos[0], moved)
     later, refused = fresh_model(standin_models, refuse=True)
-    (hit,) = masked(
-        standin_models,
-        later,
-        VisionStore(store_dir, [moved], "red", tmp_path / "o2"),
-    )
+    (hit,) = masked(standin_models, later, VisionStore(store_dir), [moved], "red", tmp_path / "o2")
     assert hit.mask_area > 0.3
 
     draw_shape(moved, "blue", quality=95)  # same name, other content
     later, counted = fresh_model(standin_models)
-    (hit,) = masked(
-        standin_models,
-        later,
-        VisionStore(store_dir, [moved], "red", tmp_path / "o3"),
-    )
+    (hit,) = masked(standin_models, later, VisionStore(store_dir), [moved], "red", tmp_path / "o3")
     assert counted.runs == 1 and hit.bbox is None  # the blue photo, not the stored red one
 
 
@@ -129,11 +117,7 @@ def test_a_damaged_entry_is_computed_again(standin_models, photos, tmp_path):
     draw(photos)
     store_dir = tmp_path / "cache" / VISION_DIR
     model, _ = fresh_model(standin_models)
-    want = masked(
-        standin_models,
-        model,
-        VisionStore(store_dir, photos[:1], "red", tmp_path / "o"),
-    )
+    want = masked(standin_models, model, VisionStore(store_dir), photos[:1], "red", tmp_path / "o")
     (entry,) = store_dir.glob("*/*.npy")
     entry.write_bytes(entry.read_bytes()[:1000])  # torn
     later, counted = fresh_model(standin_models)
