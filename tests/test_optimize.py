@@ -242,13 +242,13 @@ def test_clipseg_uses_the_int8_vision_graph_only_when_it_passed(pulled, tmp_path
     monkeypatch.setattr(O, "make_int8", corrupted)
     r = _optimize(pulled, tmp_path / "no-index", "--only", "clipseg", "--no-self-test", "--json")
     assert r.exit_code == 0, r.output
-    (clip,) = json.loads(r.output[r.output.index("{") :])["optimized"]
+    clip, _text = json.loads(r.output[r.output.index("{") :])["optimized"]
     assert clip["status"] == "rejected" and "mask IoU" in clip["message"]
     assert ClipSeg.load(md).vision.path.name == VISION_FILE
     monkeypatch.setattr(O, "make_int8", real)
     r = _optimize(pulled, tmp_path / "no-index", "--only", "clipseg", "--json")
     assert r.exit_code == 0, r.output
-    (clip,) = json.loads(r.output[r.output.index("{") :])["optimized"]
+    clip, _text = json.loads(r.output[r.output.index("{") :])["optimized"]
     assert clip["status"] == "switched" and clip["figures"]["mask_iou"] >= 0.95
     assert ClipSeg.load(md).vision.path.name == clip["file"] != VISION_FILE
 

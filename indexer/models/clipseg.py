@@ -6,7 +6,9 @@
     (t3, t6, t9, cond) -> decoder graph -> logits [1,352,352] -> sigmoid
 
 The vision pass is the expensive part and is done once per image; cond is
-cached per prompt, so one image with several prompts costs one vision pass and
+cached per prompt. A prompt that fits a shorter text graph (`models optimize`'s
+text_short, e.g. 16 positions) runs that one instead: the text transformer is
+causal, so hidden[0, eot] is the same for any length >= eot + 1, so one image with several prompts costs one vision pass and
 one decoder run per prompt. Graph tensors are bound by signature slot
 (LiteRTGraph.run takes and returns slot order), never by shape: t3/t6/t9 share
 one shape and a swapped binding gives a plausible but wrong mask.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -35,6 +37,8 @@ from wherein.schemas.models import (
     CLIPSEG_TEXT_LEN,
     CLIPSEG_TEXT_WIDTH,
     CLIPSEG_VOCAB,
+    GraphSpec,
+    TensorSpec,
 )
 
 MAX_CONTENT_TOKENS = CLIPSEG_TEXT_LEN - 2  # SOT and EOT take two of the 77 slots
@@ -53,7 +57,7 @@ class Graph(Protocol):
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]: ...
 
 
-class _LeftOut:
+class LeftOut:
     """A graph ClipSeg.load was asked to leave out."""
 
     def __init__(self, name: str) -> None:
@@ -61,6 +65,39 @@ class _LeftOut:
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         raise ModelError(f"{self.name}: this CLIPSeg was loaded without that graph")
+
+
+def short_text_spec(filename: str, length: int) -> GraphSpec:
+    """The text graph's contract at `length` positions: [1,L,512] -> [1,L,512]."""
+    t = TensorSpec((1, length, CLIPSEG_TEXT_WIDTH))
+    return GraphSpec(filename, (t,), (t,))
+
+
+class ShortTextGraph:
+    """The text graph at `length` positions, made on first use (most processes never need it:
+    cond is cached, and a worker with text=False has no text graph at all)."""
+
+    def __init__(self, length: int, make: Callable[[], Graph]) -> None:
+        self.length = length
+        self._make: Callable[[], Graph] | None = make
+        self._graph: Graph | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def graph(self) -> Graph:
+        with self._lock:
+            if self._graph is None:
+                assert self._make is not None
+                self._graph = self._make()
+                self._make = None
+            return self._graph
+
+    @property
+    def loaded(self) -> bool:
+        return self._graph is not None
+
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        return self.graph.run(*inputs)
 
 
 @dataclass(frozen=True)
@@ -148,9 +185,11 @@ class ClipSeg:
         token_table: np.ndarray,
         projection: np.ndarray,
         tokenizer: Tokenizer | None = None,
+        short_text: ShortTextGraph | None = None,
     ) -> None:
         self.vision = vision
         self.text = text
+        self.short_text = short_text  # used for prompts with eot < short_text.length
         self.decoder = decoder
         self.token_table = token_table
         self.projection = projection
@@ -172,6 +211,8 @@ class ClipSeg:
         text=False leaves out the text graph (workers that get cond from elsewhere: no
         tokenizer, no open_clip import); image=False the vision and decoder graphs (a
         driver that only computes cond). A left-out graph raises ModelError when run.
+        With text, a verified short text graph (clipseg/manifest.json) is loaded on the
+        first prompt that fits it.
         """
         from wherein.indexer.models.litert_graph import LiteRTGraph
 
@@ -182,13 +223,24 @@ class ClipSeg:
         graphs: list[Graph] = []
         for name in (VISION_FILE, TEXT_FILE, DECODER_FILE):
             if not wanted[name]:
-                graphs.append(_LeftOut(name))
+                graphs.append(LeftOut(name))
                 continue
             g = LiteRTGraph(paths.get(name, d / name), num_threads)
             g.check(_GRAPH_SPECS[name])  # one-line ModelError naming the file and expected I/O
             graphs.append(g)
         vision, text_graph, decoder = graphs
-        return cls.from_parts(vision, text_graph, decoder, assets_dir=d)
+        model = cls.from_parts(vision, text_graph, decoder, assets_dir=d)
+        short = models.clipseg_text_short() if text else None
+        if short is not None:
+            spec = short_text_spec(short.path.name, short.length)
+
+            def make() -> Graph:
+                g = LiteRTGraph(short.path, num_threads)
+                g.check(spec)
+                return g
+
+            model.short_text = ShortTextGraph(short.length, make)
+        return model
 
     @classmethod
     def from_parts(cls, vision: Graph, text: Graph, decoder: Graph, assets_dir: Path) -> ClipSeg:
@@ -214,7 +266,7 @@ class ClipSeg:
         return self.tokenizer(text)
 
     def embed_tokens(self, ids: np.ndarray) -> np.ndarray:
-        """[77] ids -> [1,77,512] float32 rows of the fp16 table (the graph adds positions itself)."""
+        """[n] ids -> [1,n,512] float32 rows of the fp16 table (the graph adds positions itself)."""
         return np.asarray(self.token_table[ids], dtype=np.float32)[None]
 
     def encode_prompt(self, text: str) -> np.ndarray:
@@ -223,13 +275,25 @@ class ClipSeg:
             hit = self._cond.get(text)
         if hit is not None:
             return hit
-        ids = self.tokenize(text)
-        eot = int(np.argmax(ids == CLIPSEG_EOT))  # first EOT: the padding after it does not matter
-        (hidden,) = self.text.run(self.embed_tokens(ids))
-        cond = (np.asarray(hidden, dtype=np.float32)[0, eot] @ self.projection).astype(np.float32)
+        cond = self.compute_cond(text)
         with self._cond_lock:
             self._cond[text] = cond
         return cond
+
+    def text_graph_for(self, ids: np.ndarray) -> tuple[Graph, int, int]:
+        """(graph, positions to feed, eot): the short graph when eot fits in it, else the 77 one."""
+        eot = int(np.argmax(ids == CLIPSEG_EOT))  # first EOT: the padding after it does not matter
+        short = self.short_text
+        if short is not None and eot < short.length:
+            return short, short.length, eot
+        return self.text, len(ids), eot
+
+    def compute_cond(self, text: str) -> np.ndarray:
+        """cond, uncached (what `models optimize` compares and times)."""
+        ids = self.tokenize(text)
+        graph, n, eot = self.text_graph_for(ids)
+        (hidden,) = graph.run(self.embed_tokens(ids[:n]))
+        return (np.asarray(hidden, dtype=np.float32)[0, eot] @ self.projection).astype(np.float32)
 
     # -- image ---------------------------------------------------------------
     def image_features(self, img: Image.Image) -> Features:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from wherein.schemas.errors import ModelError
 from wherein.schemas.models import (
@@ -29,6 +30,19 @@ from wherein.schemas.models import (
 REAL_SPACE = "siglip2-vit-b16-webli"
 IMAGE_MANIFEST = "manifest.json"  # written by `wherein models convert` / `models optimize`
 CLIPSEG_MANIFEST = "manifest.json"  # written by `wherein models optimize`
+
+
+class ShortText(NamedTuple):
+    """CLIPSeg's text graph cut to `length` token positions (exact for prompts that fit)."""
+
+    path: Path
+    length: int
+
+
+def file_stamp(path: Path) -> list[int]:
+    """[size, mtime_ns]: a file replaced since it was verified no longer matches."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,36 @@ class ModelDir:
                     )
                 return chosen
         return published
+
+    def clipseg_text_short(self) -> ShortText | None:
+        """The short text graph `models optimize` verified, if it still fits the text graph.
+
+        Used only while both files are the ones verified: the manifest's stamps (size and
+        mtime) of the 77-position graph and of the short graph match the files on disk.
+        Stamps, not digests: hashing both graphs (~150 MB) would cost more than the short
+        graph saves on a one-prompt search; `models optimize` and `models check` compare
+        digests. Anything else (no manifest, failed, stale, missing): None, the 77 graph.
+        """
+        manifest = self.clipseg_dir / CLIPSEG_MANIFEST
+        if not manifest.is_file():
+            return None
+        try:
+            rec = json.loads(manifest.read_text()).get("text_short", {})
+        except ValueError as exc:
+            raise ModelError(f"{manifest}: unreadable manifest ({exc})") from exc
+        if not (rec.get("passed") and rec.get("file") and rec.get("length")):
+            return None
+        if rec.get("from") != CLIPSEG.graphs[1].filename:  # cut from another text graph
+            return None
+        path, source = self.clipseg_dir / rec["file"], self.clipseg_dir / rec["from"]
+        stamps = rec.get("stamps", {})
+        try:
+            fresh = stamps.get("file") == file_stamp(path) and stamps.get("from") == file_stamp(
+                source
+            )
+        except OSError:
+            return None
+        return ShortText(path, int(rec["length"])) if fresh else None
 
     def require(self, spec: ModelSpec) -> Path:
         d = self.root / spec.key

@@ -93,7 +93,8 @@ def optimize(models_dir, index_dir, only, force, yes, count, min_speedup, no_sel
     \b
     siglip2-image  fp16 -> fp32 -> dynamic int8 image tower (about 3x faster indexing);
                    switching it makes the next `wherein index` re-embed every image
-    clipseg        the same for CLIPSeg's vision graph (masks)
+    clipseg        the same for CLIPSeg's vision graph (masks), and its text graph at
+                   16 token positions instead of 77 (exact; a new prompt costs less)
     siglip2-text   LiteRT text tower: searches start without torch ([convert] extra)
 
     Re-runnable: graphs that are current are left alone (--force rebuilds them).
@@ -130,6 +131,7 @@ def optimize(models_dir, index_dir, only, force, yes, count, min_speedup, no_sel
         outcomes.append(out)
     if "clipseg" in parts:
         outcomes.append(O.optimize_clipseg(md, samples, force, log, min_speedup))
+        outcomes.append(O.optimize_clipseg_text(md, force, log, min_speedup))
     if "siglip2-text" in parts:
         outcomes.append(O.optimize_text(md, force, log))
     result = {

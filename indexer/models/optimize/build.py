@@ -8,6 +8,9 @@
   `wherein index` re-embeds, as after any model change.
 - CLIPSeg vision graph: the same recipe; the text graph and the decoder stay.
   Used when clipseg/manifest.json says the candidate passed.
+- CLIPSeg text graph at 16 positions instead of 77 (shorten.py: exact, the text
+  transformer is causal): a new prompt of up to 14 tokens costs a fraction of the
+  77-position run. Its record sits beside the vision one in clipseg/manifest.json.
 - SigLIP 2 text tower: `models convert siglip2-text` (LiteRT, no torch at query
   time) when the [convert] extra is installed.
 
@@ -31,6 +34,7 @@ from wherein.indexer.models.convert.build import tool_versions
 from wherein.indexer.models.image_tower import file_digest
 from wherein.indexer.models.modeldir import IMAGE_MANIFEST, ModelDir
 from wherein.indexer.models.optimize.inputs import Sample
+from wherein.indexer.models.optimize.shorten import DEFAULT_LENGTH, short_name, shorten
 from wherein.indexer.models.optimize.widen import fp16_constant_count, weight_types, widen
 from wherein.indexer.store.atomic import write_atomic
 from wherein.schemas.errors import ModelError
@@ -53,12 +57,14 @@ def speed_matters(md: ModelDir) -> bool:
     return not md.is_standin
 
 
-def speed_failures(md: ModelDir, name: str, ms: dict, min_speedup: float | None) -> list[str]:
+def speed_failures(
+    md: ModelDir, name: str, ms: dict, min_speedup: float | None, unit: str = "image"
+) -> list[str]:
     need = MIN_SPEEDUP if min_speedup is None else min_speedup
     if speed_matters(md) and ms["candidate"] * need > ms["source"]:
         return [
             f"{name}: not faster on this CPU ({ms['source']:.0f} -> {ms['candidate']:.0f} "
-            f"ms/image; switching needs {need}x)"
+            f"ms/{unit}; switching needs {need}x)"
         ]
     return []
 
@@ -186,6 +192,7 @@ def _verify(
     md: ModelDir,
     name: str,
     min_speedup: float | None,
+    unit: str = "image",
 ) -> dict:
     """The candidate's figures against its source, the speed check included.
 
@@ -197,7 +204,8 @@ def _verify(
     except Exception:
         candidate.unlink(missing_ok=True)
         raise
-    figures["failed"] += speed_failures(md, name, figures["ms_per_image"], min_speedup)
+    ms = figures[f"ms_per_{unit}"]
+    figures["failed"] += speed_failures(md, name, ms, min_speedup, unit)
     return figures
 
 
@@ -413,10 +421,7 @@ def optimize_clipseg(
     }
     if not passed:
         out.unlink(missing_ok=True)
-    _write_json(
-        manifest_path,
-        {"format": FORMAT, "model": key, "vision": record, "tools": tool_versions()},
-    )
+    _write_clipseg_record(d, "vision", record)
     if not passed:
         return Outcome(key, "rejected", "; ".join(figures["failed"]), None, figures, record)
     ms = figures["ms_per_image"]
@@ -424,6 +429,130 @@ def optimize_clipseg(
         key,
         "switched",
         f"vision {ms['source']:.0f} -> {ms['candidate']:.0f} ms/image, mask IoU {figures['mask_iou']:.3f}",
+        out.name,
+        figures,
+        record,
+    )
+
+
+def _write_clipseg_record(d: Path, key: str, record: dict) -> None:
+    """One record of clipseg/manifest.json ("vision" or "text_short"); the others stay."""
+    path = d / CLIPSEG_MANIFEST
+    manifest = _read_json(path) or {}
+    manifest.update({"format": FORMAT, "model": CLIPSEG.key, key: record, "tools": tool_versions()})
+    _write_json(path, manifest)
+
+
+# -- CLIPSeg text at fewer positions ----------------------------------------------
+TEXT_SHORT = "text_short"
+TEXT_SHORT_RECIPE = "text graph cut from 77 to {n} token positions (causal: exact for eot < {n})"
+
+
+def optimize_clipseg_text(
+    md: ModelDir,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+    min_speedup: float | None = None,
+    length: int = DEFAULT_LENGTH,
+) -> Outcome:
+    """Build, verify and (when cond matches the 77-position graph) use a short text graph."""
+    from wherein.indexer.models.clipseg import (
+        TEXT_FILE,
+        ClipSeg,
+        LeftOut,
+        ShortTextGraph,
+        short_text_spec,
+    )
+    from wherein.indexer.models.litert_graph import LiteRTGraph
+    from wherein.indexer.models.modeldir import file_stamp
+    from wherein.indexer.models.optimize.compare import text_gate_prompts, text_short_figures
+
+    key = f"{CLIPSEG.key} text"
+    d = md.clipseg_dir
+    source = d / TEXT_FILE
+    if not source.is_file():
+        return Outcome(key, "missing", f"{source}: not found (run `wherein models pull`)")
+    rec = (_read_json(d / CLIPSEG_MANIFEST) or {}).get(TEXT_SHORT, {})
+    source_sha = file_digest(source)
+    cand = d / str(rec.get("file", ""))
+    if (
+        not force
+        and rec.get("length") == length
+        and _current(rec, source_sha, cand, rec.get("sha256"))
+    ):
+        stamps = {"file": file_stamp(cand), "from": file_stamp(source)}
+        if rec.get("stamps") != stamps:  # same bytes, copied or touched: vouch for them again
+            rec = {**rec, "stamps": stamps}
+            _write_clipseg_record(d, TEXT_SHORT, rec)
+        return Outcome(key, "up to date", f"{cand.name} is in use", cand.name, rec["figures"], rec)
+    out = d / short_name(source, length)
+    log(f"{key}: {source.name} -> {out.name} ({length} token positions)")
+    record: dict = {
+        "from": source.name,
+        "from_sha256": source_sha,
+        "length": length,
+        "recipe": TEXT_SHORT_RECIPE.format(n=length),
+        "created": _now(),
+    }
+    try:
+        done = shorten(source, out, length).to_json()
+    except ModelError as exc:  # a graph the rewrite cannot shorten exactly: keep the 77 one
+        out.unlink(missing_ok=True)
+        reason = f"{source.name}: {exc}"
+        refused = {"failed": [reason]}
+        record.update(passed=False, figures=refused)
+        _write_clipseg_record(d, TEXT_SHORT, record)
+        return Outcome(key, "rejected", reason, None, refused, record)
+
+    src_model = ClipSeg.from_parts(LeftOut("vision"), LiteRTGraph(source), LeftOut("decoder"), d)
+
+    def make():
+        g = LiteRTGraph(out)
+        g.check(short_text_spec(out.name, length))
+        return g
+
+    m = src_model  # the same graphs and assets; only the short graph added
+    cand_model = ClipSeg(
+        m.vision,
+        m.text,
+        m.decoder,
+        m.token_table,
+        m.projection,
+        m.tokenizer,
+        short_text=ShortTextGraph(length, make),
+    )
+    prompts = text_gate_prompts(src_model, length)
+    log(f"  verifying cond on {len(prompts)} prompts of 1-{length - 2} tokens")
+    figures = _verify(
+        out,
+        lambda: text_short_figures(src_model, cand_model, prompts),
+        md,
+        "CLIPSeg text",
+        min_speedup,
+        unit="prompt",
+    )
+    passed = not figures["failed"]
+    record.update(
+        file=out.name,
+        sha256=file_digest(out),
+        passed=passed,
+        verified_on=f"{figures['prompts']} prompts of {length - 2} tokens or fewer",
+        figures=figures,
+        stamps={"file": file_stamp(out), "from": file_stamp(source)},
+        **done,
+    )
+    if not passed:
+        out.unlink(missing_ok=True)
+        record.pop("stamps")
+    _write_clipseg_record(d, TEXT_SHORT, record)
+    if not passed:
+        return Outcome(key, "rejected", "; ".join(figures["failed"]), None, figures, record)
+    ms = figures["ms_per_prompt"]
+    return Outcome(
+        key,
+        "switched",
+        f"new prompt {ms['source']:.1f} -> {ms['candidate']:.1f} ms (up to {length - 2} tokens), "
+        f"cond corr {figures['cond_pearson_min']:.6f}",
         out.name,
         figures,
         record,

@@ -4,7 +4,9 @@ Image tower: every signature of the candidate against the source's batch-1
 signature on the same inputs (Pearson correlation, top-10 neighbour agreement,
 max |diff|), plus ms per image on each graph's largest batch. CLIPSeg vision:
 masks (p > 0.5) from the candidate against masks from the source for several
-prompts per image, through the same text graph and decoder.
+prompts per image, through the same text graph and decoder. CLIPSeg text at L
+positions: cond from the short graph against cond from the 77-position graph for
+prompts of 1 to L - 2 content tokens, each on its own.
 """
 
 from __future__ import annotations
@@ -18,9 +20,22 @@ from PIL import Image
 from wherein.indexer.imaging import siglip_input
 from wherein.indexer.models.convert.build import MIN_CORR, MIN_TOP10, litert_embed, parity
 from wherein.indexer.models.litert_graph import LiteRTGraph
-from wherein.schemas.models import CLIPSEG_MASK_THRESHOLD
+from wherein.schemas.models import CLIPSEG_EOT, CLIPSEG_MASK_THRESHOLD
 
 MIN_MASK_IOU = 0.95
+MIN_COND_CORR = 0.9999  # the short text graph is exact: anything below is a wrong rewrite
+# ... and so is its scale (the decoder is not scale-free): max |diff| / max |cond|.
+MAX_COND_REL_DIFF = 1e-3
+# Prompts of several lengths, beside the sample's common subjects and the probes' captions.
+FIXED_PROMPTS = (
+    "car",
+    "red car",
+    "a person on the left",
+    "the tall building behind the trees",
+    "a small brown dog sitting on a wooden bench in the park",
+)
+# Single-token words: a prompt of n of them has n content tokens.
+_FILLER = "a photo of the red car next to a green tree on the left side of the old house"
 MIN_TEXT_CORR = MIN_CORR["fp32"]  # a converted text tower against open_clip
 
 
@@ -115,4 +130,89 @@ def clipseg_figures(
             "candidate": round(cand_s / n * 1000, 1),
         },
         "n": len(prompts),
+    }
+
+
+def content_tokens(model, prompt: str) -> int:
+    ids = model.tokenize(prompt)
+    return int(np.argmax(ids == CLIPSEG_EOT)) - 1
+
+
+def text_gate_prompts(model, length: int) -> list[str]:
+    """Prompts that fit `length` positions (1 to length - 2 content tokens), every length
+    in that range at least once: common subjects, probe captions, fixed and filler ones."""
+    from wherein.indexer.models.optimize.inputs import COMMON_PROMPTS
+    from wherein.indexer.models.optimize.probes import SELF_TEST
+
+    words = _FILLER.split()
+    fill = [" ".join(words[i % len(words)] for i in range(n)) for n in range(1, length - 1)]
+    wrong = [c for p in SELF_TEST[:2] for c in p.wrong_captions()]
+    candidates = [*FIXED_PROMPTS, *COMMON_PROMPTS, *(p.caption for p in SELF_TEST), *wrong, *fill]
+    seen: dict[str, None] = {}
+    for p in candidates:
+        if 1 <= content_tokens(model, p) <= length - 2:
+            seen.setdefault(p, None)
+    return list(seen)
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    if a.std() == 0 or b.std() == 0:  # a constant vector: correlation is undefined
+        return 1.0 if np.array_equal(a, b) else 0.0
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def text_short_figures(source_model, candidate_model, prompts: Sequence[str]) -> dict:
+    """cond through the candidate's short text graph vs the source's 77-position graph.
+
+    source_model / candidate_model: ClipSeg instances that differ only in short_text.
+    A prompt the candidate would not route to its short graph is not compared (it
+    would compare the 77 graph with itself).
+    """
+    short = candidate_model.short_text
+    length = short.length if short is not None else 0
+    per, src_s, cand_s = [], 0.0, 0.0
+    fitting = [
+        p
+        for p in prompts
+        if candidate_model.text_graph_for(candidate_model.tokenize(p))[0] is short
+    ]
+    if fitting:  # warm-up: the first run packs the weights
+        source_model.compute_cond(fitting[0])
+        candidate_model.compute_cond(fitting[0])
+    for p in fitting:
+        t = time.perf_counter()
+        a = source_model.compute_cond(p)
+        src_s += time.perf_counter() - t
+        t = time.perf_counter()
+        b = candidate_model.compute_cond(p)
+        cand_s += time.perf_counter() - t
+        diff = float(np.abs(a - b).max())
+        rel = diff / max(float(np.abs(a).max()), float(np.abs(b).max())) if diff else 0.0
+        per.append((p, content_tokens(candidate_model, p), _pearson(a, b), diff, rel))
+    failed = [
+        f"CLIPSeg text at {length} tokens: cond correlation {r:.6f} < {MIN_COND_CORR} for {p!r}"
+        if not r >= MIN_COND_CORR
+        else f"CLIPSeg text at {length} tokens: cond differs by {rel:.1e} of its size "
+        f"(> {MAX_COND_REL_DIFF}) for {p!r}"
+        for p, _, r, _, rel in per
+        if not (r >= MIN_COND_CORR and rel <= MAX_COND_REL_DIFF)
+    ][:3]
+    if not per:
+        failed = [f"CLIPSeg text at {length} tokens: no prompt fits the short graph"]
+    n = max(1, len(per))
+    worst = min(per, key=lambda x: x[2]) if per else None
+    return {
+        "cond_pearson_min": round(worst[2], 7) if worst else None,
+        "max_abs_diff": max((x[3] for x in per), default=None),
+        "max_rel_diff": max((x[4] for x in per), default=None),
+        "worst_prompt": worst[0] if worst else None,
+        "prompts": len(per),
+        "content_tokens": [min(x[1] for x in per), max(x[1] for x in per)] if per else None,
+        "failed": failed,
+        "thresholds": {"cond_pearson": MIN_COND_CORR, "max_rel_diff": MAX_COND_REL_DIFF},
+        "ms_per_prompt": {
+            "source": round(src_s / n * 1000, 2),
+            "candidate": round(cand_s / n * 1000, 2),
+        },
+        "n": len(per),
     }

@@ -11,7 +11,12 @@ from pathlib import Path
 
 from wherein.indexer.models.convert.build import MIN_CORR, MIN_TOP10
 from wherein.indexer.models.modeldir import CLIPSEG_MANIFEST, IMAGE_MANIFEST, ModelDir
-from wherein.indexer.models.optimize.compare import MIN_MASK_IOU, MIN_TEXT_CORR
+from wherein.indexer.models.optimize.compare import (
+    MAX_COND_REL_DIFF,
+    MIN_COND_CORR,
+    MIN_MASK_IOU,
+    MIN_TEXT_CORR,
+)
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE, SIGLIP_TEXT
 
@@ -81,6 +86,8 @@ def optimized_rows(md: ModelDir) -> list[dict]:
                 "status": status,
             }
         )
+    if clip and clip.get("text_short"):
+        rows.append(_text_short_row(md, clip["text_short"]))
     text = _manifest(md.text_dir / "manifest.json") or {}
     fig = text.get("parity", {}).get("figures", {}).get("serving_default")
     if fig:
@@ -94,3 +101,43 @@ def optimized_rows(md: ModelDir) -> list[dict]:
             }
         )
     return rows
+
+
+def _text_short_row(md: ModelDir, rec: dict) -> dict:
+    """The short text graph: its cond figures, and whether the host uses it now."""
+    from wherein.indexer.models.image_tower import file_digest
+
+    f = rec.get("figures", {})
+    n = rec.get("length", "?")
+    ms = f.get("ms_per_prompt", {})
+    found = (
+        f"cond corr {f.get('cond_pearson_min') or float('nan'):.6f}, max |diff| "
+        f"{f.get('max_abs_diff') or 0:.1e} over {f.get('prompts', 0)} prompts, "
+        f"{ms.get('source', 0):.1f} -> {ms.get('candidate', 0):.1f} ms/prompt"
+    )
+    status = "ok"
+    if not rec.get("passed"):
+        found, status = f"failed: {'; '.join(f.get('failed', []))}", NOT_USED
+    else:
+        path, source = md.clipseg_dir / rec.get("file", "?"), md.clipseg_dir / rec.get("from", "?")
+        try:
+            current = file_digest(source) == rec.get("from_sha256") and file_digest(
+                path
+            ) == rec.get("sha256")
+        except OSError as exc:
+            current = False
+            found = f"{exc.strerror}: {exc.filename}"
+        if not current:
+            status = NOT_USED
+            found = f"stale: not the verified files (re-run `wherein models optimize`); {found}"
+        elif md.clipseg_text_short() is None:
+            status = NOT_USED
+            found = f"not vouched for since copied (re-run `wherein models optimize`); {found}"
+    return {
+        "model": CLIPSEG.key,
+        "file": rec.get("file", "?"),
+        "expected": f"{n} tokens vs {rec.get('from')}: cond corr >= {MIN_COND_CORR}, "
+        f"max |diff| <= {MAX_COND_REL_DIFF} x max |cond|",
+        "found": found,
+        "status": status,
+    }
