@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from wherein.indexer.models.clipseg import TEXT_FILE, ClipSeg, ShortTextGraph
+from wherein.indexer.models.clipseg import TEXT_FILE, ClipSeg, LazyGraph, ShortTextGraph
 from wherein.indexer.models.litert_graph import LiteRTGraph
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.optimize import build as O
@@ -260,7 +260,9 @@ def test_clipseg_with_the_short_graph_gives_the_same_masks(models):
     assert without.short_text is None
     assert O.optimize_clipseg_text(md, log=lambda s: None).status == "switched"
     with_short = ClipSeg.load(md, num_threads=1)
+    # Neither text graph is loaded (XNNPACK packs weights at load) until a prompt needs it.
     assert with_short.short_text is not None and not with_short.short_text.loaded
+    assert isinstance(with_short.text, LazyGraph) and not with_short.text.loaded
     for probe in SELF_TEST[:3]:
         img, _ = decode(probe.file_bytes())
         prompts = [probe.caption, *probe.wrong_captions()[:2], "the background"]
@@ -269,7 +271,12 @@ def test_clipseg_with_the_short_graph_gives_the_same_masks(models):
         for pa, pb in zip(a, b, strict=True):
             np.testing.assert_allclose(pa, pb, rtol=0, atol=1e-5)
             assert np.array_equal(pa > 0.5, pb > 0.5)
-    assert with_short.short_text.loaded
+    assert with_short.short_text.loaded and not with_short.text.loaded  # all prompts fit
+    long = "a red " + "very " * 20 + "big square"
+    np.testing.assert_allclose(
+        with_short.encode_prompt(long), without.encode_prompt(long), rtol=0, atol=1e-6
+    )
+    assert with_short.text.loaded
 
 
 def test_clipseg_without_text_loads_no_text_graph(models):

@@ -16,6 +16,7 @@ one shape and a swapped binding gives a plausible but wrong mask.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -73,12 +74,12 @@ def short_text_spec(filename: str, length: int) -> GraphSpec:
     return GraphSpec(filename, (t,), (t,))
 
 
-class ShortTextGraph:
-    """The text graph at `length` positions, made on first use (most processes never need it:
-    cond is cached, and a worker with text=False has no text graph at all)."""
+class LazyGraph:
+    """A graph made on first use: loading a text graph costs about as much as several runs
+    (XNNPACK packs its weights), and many processes never run it (cond is cached; a
+    prompt runs only one of the 16- and 77-position graphs)."""
 
-    def __init__(self, length: int, make: Callable[[], Graph]) -> None:
-        self.length = length
+    def __init__(self, make: Callable[[], Graph]) -> None:
         self._make: Callable[[], Graph] | None = make
         self._graph: Graph | None = None
         self._lock = threading.Lock()
@@ -98,6 +99,14 @@ class ShortTextGraph:
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         return self.graph.run(*inputs)
+
+
+class ShortTextGraph(LazyGraph):
+    """The text graph at `length` positions (exact for prompts whose eot < length)."""
+
+    def __init__(self, length: int, make: Callable[[], Graph]) -> None:
+        super().__init__(make)
+        self.length = length
 
 
 @dataclass(frozen=True)
@@ -211,35 +220,37 @@ class ClipSeg:
         text=False leaves out the text graph (workers that get cond from elsewhere: no
         tokenizer, no open_clip import); image=False the vision and decoder graphs (a
         driver that only computes cond). A left-out graph raises ModelError when run.
-        With text, a verified short text graph (clipseg/manifest.json) is loaded on the
-        first prompt that fits it.
+        With a short text graph that `models optimize` verified (clipseg/manifest.json),
+        both text graphs load on first use: a prompt that fits runs only the short one.
         """
         from wherein.indexer.models.litert_graph import LiteRTGraph
 
+        def make(path: Path, spec: GraphSpec) -> Graph:
+            g = LiteRTGraph(path, num_threads)
+            g.check(spec)  # one-line ModelError naming the file and expected I/O
+            return g
+
         d = models.require(CLIPSEG)
+        short = models.clipseg_text_short() if text else None
         # The vision graph may be an optimized one (clipseg/manifest.json); same contract.
         paths = {VISION_FILE: models.clipseg_vision_file()}
         wanted = {VISION_FILE: image, TEXT_FILE: text, DECODER_FILE: image}
         graphs: list[Graph] = []
         for name in (VISION_FILE, TEXT_FILE, DECODER_FILE):
+            path, spec = paths.get(name, d / name), _GRAPH_SPECS[name]
             if not wanted[name]:
                 graphs.append(LeftOut(name))
-                continue
-            g = LiteRTGraph(paths.get(name, d / name), num_threads)
-            g.check(_GRAPH_SPECS[name])  # one-line ModelError naming the file and expected I/O
-            graphs.append(g)
+            elif name == TEXT_FILE and short is not None:  # verified with it: same bytes
+                graphs.append(LazyGraph(functools.partial(make, path, spec)))
+            else:
+                graphs.append(make(path, spec))
         vision, text_graph, decoder = graphs
         model = cls.from_parts(vision, text_graph, decoder, assets_dir=d)
-        short = models.clipseg_text_short() if text else None
         if short is not None:
             spec = short_text_spec(short.path.name, short.length)
-
-            def make() -> Graph:
-                g = LiteRTGraph(short.path, num_threads)
-                g.check(spec)
-                return g
-
-            model.short_text = ShortTextGraph(short.length, make)
+            model.short_text = ShortTextGraph(
+                short.length, functools.partial(make, short.path, spec)
+            )
         return model
 
     @classmethod
