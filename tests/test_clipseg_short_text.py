@@ -174,6 +174,16 @@ def test_a_wrong_short_graph_is_rejected_and_the_77_graph_stays(models, monkeypa
     assert ClipSeg.load(md).short_text is not None
 
 
+def test_a_short_graph_that_breaks_its_contract_is_rejected(models, monkeypatch):
+    md = ModelDir(models)
+    real = O.shorten
+    monkeypatch.setattr(O, "shorten", lambda src, dst, length: real(src, dst, length // 2))
+    out = O.optimize_clipseg_text(md, log=lambda s: None)
+    assert out.status == "rejected" and f"expected [1, {L}, 512]" in out.message
+    assert md.clipseg_text_short() is None
+    assert not list(md.clipseg_dir.glob("*_t16.tflite"))
+
+
 def test_a_graph_the_rewrite_refuses_is_recorded_and_not_used(models):
     md = ModelDir(models)
     rewrite_square(md.clipseg_dir / TEXT_FILE, 77, np.full((77, 77), 1 / 77))

@@ -494,15 +494,19 @@ def optimize_clipseg_text(
         "recipe": TEXT_SHORT_RECIPE.format(n=length),
         "created": _now(),
     }
-    try:
-        done = shorten(source, out, length).to_json()
-    except ModelError as exc:  # a graph the rewrite cannot shorten exactly: keep the 77 one
+
+    def reject(reason: str) -> Outcome:
+        """Keep the 77 graph; say why where `models check` finds it."""
         out.unlink(missing_ok=True)
-        reason = f"{source.name}: {exc}"
         refused = {"failed": [reason]}
         record.update(passed=False, figures=refused)
         _write_clipseg_record(d, TEXT_SHORT, record)
         return Outcome(key, "rejected", reason, None, refused, record)
+
+    try:
+        done = shorten(source, out, length).to_json()
+    except ModelError as exc:  # a graph the rewrite cannot shorten exactly
+        return reject(f"{source.name}: {exc}")
 
     src_model = ClipSeg.from_parts(LeftOut("vision"), LiteRTGraph(source), LeftOut("decoder"), d)
 
@@ -523,14 +527,17 @@ def optimize_clipseg_text(
     )
     prompts = text_gate_prompts(src_model, length)
     log(f"  verifying cond on {len(prompts)} prompts of 1-{length - 2} tokens")
-    figures = _verify(
-        out,
-        lambda: text_short_figures(src_model, cand_model, prompts),
-        md,
-        "CLIPSeg text",
-        min_speedup,
-        unit="prompt",
-    )
+    try:
+        figures = _verify(
+            out,
+            lambda: text_short_figures(src_model, cand_model, prompts),
+            md,
+            "CLIPSeg text",
+            min_speedup,
+            unit="prompt",
+        )
+    except ModelError as exc:  # the short graph does not load or breaks its contract
+        return reject(str(exc))
     passed = not figures["failed"]
     record.update(
         file=out.name,
