@@ -64,7 +64,33 @@ def test_tokens_are_sot_content_eot_padding(model):
     assert ids[0] == CLIPSEG_SOT
     content = list(ids[1:4])
     assert ids[4] == CLIPSEG_EOT and not ids[5:].any()
-    assert content == model.tokenizer._tok.encode("a red square")
+    from open_clip.tokenizer import SimpleTokenizer
+
+    assert content == SimpleTokenizer().encode("a red square")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a red square",
+        "The DOG's collar!",
+        "  café   crème  brûlée ",
+        "&amp; fish &lt;chips&gt;",
+        "Ünïcödé — “quotes” and emoji 🐶",
+        "don't stop-believing 42x",
+        "tab\tand\nnewline",
+        "日本語のテキスト",
+        " ".join(f"word{i}" for i in range(90)),
+    ],
+)
+def test_tokens_equal_open_clips_tokenizer(text):
+    # Torch-free, but open_clip's encoding: same cleaning, same merges, same truncation.
+    import open_clip
+
+    from wherein.indexer.models.clipseg import Tokenizer
+
+    want = open_clip.tokenize([text], context_length=77)[0].numpy()
+    assert Tokenizer()(text).tolist() == want.tolist()
 
 
 def test_long_prompt_keeps_75_content_tokens(model):

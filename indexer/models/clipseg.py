@@ -165,17 +165,27 @@ def check_vocab(path: Path) -> None:
 
 
 class Tokenizer:
-    """CLIP BPE through open_clip's bundled SimpleTokenizer: [SOT, tokens..., EOT, 0...] of length 77."""
+    """CLIP BPE as open_clip's SimpleTokenizer encodes it: [SOT, tokens..., EOT, 0...] of length 77.
+
+    Its bundled merges and its default ("lower") cleaning, through the torch-free copy of its
+    encoder that the LiteRT text tower uses: importing open_clip.tokenizer imports torch,
+    seconds that a mask would otherwise wait for a tokenizer.
+    """
 
     def __init__(self) -> None:
-        from open_clip.tokenizer import SimpleTokenizer
+        from wherein.indexer.models.text_tower_litert import (
+            CLEANERS,
+            ClipBPE,
+            open_clip_bpe_file,
+        )
 
-        self._tok = SimpleTokenizer(context_length=CLIPSEG_TEXT_LEN)
+        self._bpe = ClipBPE(open_clip_bpe_file())
+        self._clean = CLEANERS["lower"]
         self._lock = threading.Lock()  # its BPE cache is a plain dict
 
     def __call__(self, text: str) -> np.ndarray:
         with self._lock:
-            content = self._tok.encode(text)[:MAX_CONTENT_TOKENS]
+            content = self._bpe.encode(self._clean(text))[:MAX_CONTENT_TOKENS]
         ids = np.zeros(CLIPSEG_TEXT_LEN, dtype=np.int64)
         ids[0] = CLIPSEG_SOT
         ids[1 : 1 + len(content)] = content
@@ -202,7 +212,7 @@ class ClipSeg:
         self.decoder = decoder
         self.token_table = token_table
         self.projection = projection
-        self._tokenizer = tokenizer  # made on first use: open_clip imports torch
+        self._tokenizer = tokenizer  # made on first use (parsing the merges takes ~0.15 s)
         self._cond: dict[str, np.ndarray] = {}
         self._cond_lock = threading.Lock()
 

@@ -40,6 +40,19 @@ TEXT_MANIFEST = "manifest.json"
 CLIP_BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
 
 
+def open_clip_bpe_file() -> Path:
+    """open_clip's bundled CLIP BPE merges, found without importing open_clip (it imports torch)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("open_clip")
+    path = Path(spec.origin).parent / CLIP_BPE_FILE if spec and spec.origin else None
+    if path is None or not path.is_file():
+        raise ModelError(
+            "open_clip's bundled CLIP BPE vocabulary not found (is open-clip-torch installed?)"
+        )
+    return path
+
+
 # -- cleaning (same functions as open_clip/tokenizer.py) -------------------------
 def _fix_text(text: str) -> str:
     """ftfy.fix_text, without importing ftfy (~0.1 s) for text it cannot change.

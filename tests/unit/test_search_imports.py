@@ -46,3 +46,13 @@ def test_pandas_stays_importable_after_a_catalog(tmp_path):
         "assert pandas.DataFrame({'a': [1]}).shape == (1, 1)\n"
     )
     assert "pandas" in _loaded_after(code)
+
+
+def test_a_mask_prompt_imports_nothing_heavy():
+    # CLIPSeg's tokenizer: open_clip's encoding without open_clip (whose import pulls in torch).
+    code = (
+        "from wherein.indexer.models.clipseg import Tokenizer\n"
+        "ids = Tokenizer()('a red car')\n"
+        "assert ids[0] == 49406 and 49407 in ids\n"
+    )
+    assert _loaded_after(code) == []

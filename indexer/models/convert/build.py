@@ -334,8 +334,6 @@ PROBE_TEXTS = [
 
 def tokenizer_recipe(source: Source, out_dir: Path) -> dict:
     """The torch-free tokenizer recipe for this model, its file copied into out_dir."""
-    import importlib.util
-
     cfg_dir = Path(source.ref) if source.kind == "local-dir" else None
     if cfg_dir is None:  # hub: the config and tokenizer.json come from the hub cache
         from huggingface_hub import hf_hub_download
@@ -356,12 +354,9 @@ def tokenizer_recipe(source: Source, out_dir: Path) -> dict:
             )
         kind, src_file, clean = "hf", tok_path, clean or "whitespace"
     else:
-        spec = importlib.util.find_spec("open_clip")
-        origin = Path(spec.origin).parent if spec and spec.origin else None
-        src_file = origin / "bpe_simple_vocab_16e6.txt.gz" if origin else Path()
-        if not src_file.is_file():
-            raise ModelError("open_clip's bundled CLIP BPE vocabulary not found")
-        kind, clean = "clip-bpe", clean or "lower"
+        from wherein.indexer.models.text_tower_litert import open_clip_bpe_file
+
+        kind, src_file, clean = "clip-bpe", open_clip_bpe_file(), clean or "lower"
     dst = out_dir / src_file.name
     if src_file.resolve() != dst.resolve():
         shutil.copyfile(src_file, dst)
