@@ -295,7 +295,8 @@ def bench_cli(work: Path, models: Path, photos: list[Path], k: int, reps: int) -
         return wall, ""
 
     stored = Path(env["WHEREIN_INDEX"]) / "cache" / "vision"
-    masked, again, plain, failed = [], [], [], []
+    masked, again, plain, one, one_again, failed = [], [], [], [], [], []
+    photo = str(photos[0])
     for i in range(reps):  # interleaved, so all see the same load
         out = work / f"cli-masks-{i}"
         shutil.rmtree(stored, ignore_errors=True)  # the first masked run computes every pass
@@ -307,13 +308,26 @@ def bench_cli(work: Path, models: Path, photos: list[Path], k: int, reps: int) -
         ):  # fmt: skip
             wall, err = run(args)
             (failed.append(f"{' '.join(args[:5])}: {err}") if err else walls.append(wall))
+        shutil.rmtree(stored, ignore_errors=True)
+        for args, walls in (
+            (["mask", photo, "a red ball", "--out", str(out / "m"), "--json"], one),
+            (["mask", photo, f"a green ball {i}", "--out", str(out / "m"), "--json"], one_again),
+        ):
+            wall, err = run(args)
+            (failed.append(f"{' '.join(args[:3])}: {err}") if err else walls.append(wall))
     med = {n: f"{statistics.median(w):.2f} s" if w else "failed" for n, w in
-           (("masked", masked), ("again", again), ("plain", plain))}  # fmt: skip
+           (("masked", masked), ("again", again), ("plain", plain), ("one", one),
+            ("one_again", one_again))}  # fmt: skip
     return [
         f"`wherein search red -k {k} --mask` as a fresh process (imports, CLIPSeg load, search, "
         f"{k} masks): median {med['masked']} wall over {len(masked)}; then another "
         f"`--mask-prompt` on the same hits, a new process reading the {k} vision passes from "
-        f"INDEX/cache/vision: {med['again']} (the same search without --mask: {med['plain']}).",
+        f"INDEX/cache/vision: {med['again']} (the same search without --mask: {med['plain']}; "
+        "these searches use the stand-in SigLIP text tower, which imports torch).",
+        "",
+        f"`wherein mask PHOTO PROMPT` (one 12-MP photo, files written) as a fresh process: "
+        f"{med['one']} with its vision pass computed, {med['one_again']} for another prompt "
+        "with the pass read from INDEX/cache/vision (no SigLIP, no torch).",
         *(f"Failed run: {f}" for f in failed),
         "",
     ]
