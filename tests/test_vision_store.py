@@ -165,6 +165,14 @@ def test_cli_search_and_mask_keep_passes_in_the_index_cache(env, shapes, tmp_pat
     r = runner.invoke(cli, ["mask", str(shapes / "green.bmp"), "green", "--no-files"])
     assert r.exit_code == 0, r.output
     assert len(list((env["index"] / "cache" / VISION_DIR).glob("*/*.npy"))) == 3
+    # --index at a folder that holds no index: masked all the same, nothing written there.
+    plain = tmp_path / "not-an-index"
+    plain.mkdir()
+    r = runner.invoke(
+        cli, ["mask", str(shapes / "green.bmp"), "blue", "--no-files", "--index", str(plain)]
+    )
+    assert r.exit_code == 0, r.output
+    assert list(plain.iterdir()) == []
 
 
 def test_a_restarted_server_reuses_the_passes(standin_models, shapes, tmp_path):

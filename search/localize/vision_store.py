@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from wherein.indexer.store.atomic import write_atomic
+from wherein.indexer.store.index_store import CATALOG_FILE
 from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes, usable_cache
 
 VISION_DIR = "vision"
@@ -75,10 +76,11 @@ class VisionStore:
 
     @classmethod
     def in_index(cls, index_dir: Path, cache_mb: float | None = None) -> VisionStore | None:
-        """The store of an index's cache (with its size limit), or None when the cache
-        cannot be written (read-only index, or INDEX/cache a link elsewhere)."""
+        """The store of an index's cache (with its size limit), or None when there is no index
+        there (a folder without a catalog gets no cache folder) or its cache cannot be
+        written (read-only index, or INDEX/cache a link elsewhere)."""
         cache = Path(index_dir) / "cache"
-        if not Path(index_dir).is_dir() or not usable_cache(cache):
+        if not (Path(index_dir) / CATALOG_FILE).is_file() or not usable_cache(cache):
             return None
         return cls(cache / VISION_DIR, CacheJanitor(cache, cache_limit_bytes(cache_mb)))
 
