@@ -139,8 +139,10 @@ class CacheJanitor:
             for p in unit.files:  # json first: the entry reads as absent from the first unlink
                 with suppress(FileNotFoundError):
                     p.unlink()
-        with suppress(OSError):
-            unit.files[0].parent.rmdir()  # a mask folder left empty
+        folder = unit.files[0].parent
+        if folder.parent != self.root:  # a mask folder left empty; never thumbs/, masks/, ...
+            with suppress(OSError):
+                folder.rmdir()
         return True
 
     def _units(self) -> Iterator[_Unit]:

@@ -126,6 +126,16 @@ def test_mask_entry_goes_as_one_unit_json_first(tmp_path, monkeypatch):
     assert not any(p.exists() for p in old) and new.exists()
 
 
+def test_pruning_everything_keeps_the_kind_folders(tmp_path):
+    # Request threads write and list thumbs/ while a prune runs: it must never vanish.
+    thumbs = [entry(tmp_path / "thumbs", f"{i}-abc.jpg", 1000, 1000 + i) for i in range(3)]
+    mask = entry(tmp_path / "masks" / "3-0123456789abcdef", "red-aaaaaaaaaaaa.json", 1000, 1)
+    CacheJanitor(tmp_path, limit_bytes=10).prune()
+    assert not any(p.exists() for p in [*thumbs, mask])
+    assert (tmp_path / "thumbs").is_dir() and (tmp_path / "masks").is_dir()
+    assert not mask.parent.exists()  # an image's emptied mask folder goes
+
+
 def test_limit_setting(monkeypatch):
     monkeypatch.delenv("WHEREIN_CACHE_MB", raising=False)
     assert cache_limit_bytes() == 512 * 1024 * 1024

@@ -307,6 +307,15 @@ def _urls(f_id: int, sha: str | None) -> dict[str, str]:
     return {"thumb_url": f"/api/thumb/{f_id}{v}", "image_url": f"/api/image/{f_id}{v}"}
 
 
+def _entry_files(path: Path) -> list[Path]:
+    """The files of the cache entry path belongs to (a mask's json, overlay, PNG); none when a
+    concurrent prune has taken them (and their folder) already."""
+    try:
+        return list(path.parent.glob(path.name.split(".", 1)[0] + ".*"))
+    except OSError:
+        return []
+
+
 def _image_response(
     state: WebState,
     make: Callable[[], tuple[Path | bytes, bool]],
@@ -331,7 +340,7 @@ def _image_response(
         if hit:
             state.janitor.used(body)
         else:
-            state.janitor.added([p for p in body.parent.glob(body.name.split(".", 1)[0] + ".*")])
+            state.janitor.added(_entry_files(body))
         body = data
         break
     headers = {
