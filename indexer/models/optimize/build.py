@@ -419,20 +419,32 @@ def optimize_clipseg(
         **done,
         "created": _now(),
     }
-    if not passed:
-        out.unlink(missing_ok=True)
-    _write_clipseg_record(d, "vision", record)
-    if not passed:
-        return Outcome(key, "rejected", "; ".join(figures["failed"]), None, figures, record)
-    ms = figures["ms_per_image"]
-    return Outcome(
+    return _settle(
+        d,
+        "vision",
         key,
-        "switched",
-        f"vision {ms['source']:.0f} -> {ms['candidate']:.0f} ms/image, mask IoU {figures['mask_iou']:.3f}",
-        out.name,
-        figures,
+        out,
         record,
+        lambda f: (
+            f"vision {f['ms_per_image']['source']:.0f} -> "
+            f"{f['ms_per_image']['candidate']:.0f} ms/image, mask IoU {f['mask_iou']:.3f}"
+        ),
     )
+
+
+def _settle(
+    d: Path, name: str, key: str, out: Path, record: dict, switched: Callable[[dict], str]
+) -> Outcome:
+    """Write a verified CLIPSeg candidate's manifest record `name`. Passed: switched to it
+    (switched(figures) says how it compares). Failed: its file deleted, the source stays."""
+    figures = record["figures"]
+    if not record["passed"]:
+        out.unlink(missing_ok=True)
+        record.pop("stamps", None)  # no file left to match
+    _write_clipseg_record(d, name, record)
+    if not record["passed"]:
+        return Outcome(key, "rejected", "; ".join(figures["failed"]), None, figures, record)
+    return Outcome(key, "switched", switched(figures), out.name, figures, record)
 
 
 def _write_clipseg_record(d: Path, key: str, record: dict) -> None:
@@ -497,11 +509,8 @@ def optimize_clipseg_text(
 
     def reject(reason: str) -> Outcome:
         """Keep the 77 graph; say why where `models check` finds it."""
-        out.unlink(missing_ok=True)
-        refused = {"failed": [reason]}
-        record.update(passed=False, figures=refused)
-        _write_clipseg_record(d, TEXT_SHORT, record)
-        return Outcome(key, "rejected", reason, None, refused, record)
+        record.update(passed=False, figures={"failed": [reason]})
+        return _settle(d, TEXT_SHORT, key, out, record, str)
 
     try:
         done = shorten(source, out, length).to_json()
@@ -548,21 +557,17 @@ def optimize_clipseg_text(
         stamps={"file": file_stamp(out), "from": file_stamp(source)},
         **done,
     )
-    if not passed:
-        out.unlink(missing_ok=True)
-        record.pop("stamps")
-    _write_clipseg_record(d, TEXT_SHORT, record)
-    if not passed:
-        return Outcome(key, "rejected", "; ".join(figures["failed"]), None, figures, record)
-    ms = figures["ms_per_prompt"]
-    return Outcome(
+    return _settle(
+        d,
+        TEXT_SHORT,
         key,
-        "switched",
-        f"new prompt {ms['source']:.1f} -> {ms['candidate']:.1f} ms (up to {length - 2} tokens), "
-        f"cond corr {figures['cond_pearson_min']:.6f}",
-        out.name,
-        figures,
+        out,
         record,
+        lambda f: (
+            f"new prompt {f['ms_per_prompt']['source']:.1f} -> "
+            f"{f['ms_per_prompt']['candidate']:.1f} ms (up to {length - 2} tokens), "
+            f"cond corr {f['cond_pearson_min']:.6f}"
+        ),
     )
 
 

@@ -12,7 +12,8 @@ prompts of 1 to L - 2 content tokens, each on its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -55,6 +56,28 @@ def largest_signature(graph: LiteRTGraph) -> str:
     return max(graph.signatures.values(), key=lambda s: s.batch).key
 
 
+def side_by_side(
+    source_fn: Callable[[Any], Any], candidate_fn: Callable[[Any], Any], items: Sequence[Any]
+) -> tuple[list[tuple[Any, Any, Any]], float, float]:
+    """[(item, source_fn(item), candidate_fn(item))] and the seconds each side took in all.
+
+    One untimed run of each on the first item first: that run packs the weights.
+    """
+    if items:
+        source_fn(items[0])
+        candidate_fn(items[0])
+    out, src_s, cand_s = [], 0.0, 0.0
+    for item in items:
+        t = time.perf_counter()
+        a = source_fn(item)
+        src_s += time.perf_counter() - t
+        t = time.perf_counter()
+        b = candidate_fn(item)
+        cand_s += time.perf_counter() - t
+        out.append((item, a, b))
+    return out, src_s, cand_s
+
+
 def image_tower_figures(
     source: LiteRTGraph, candidate: LiteRTGraph, images: Sequence[Image.Image], timing: int = 16
 ) -> dict:
@@ -94,17 +117,10 @@ def clipseg_figures(
     feature correlation (t3, t6, t9)."""
     inter = union = 0
     worst, pairs, corr = 1.0, 0, []
-    src_s = cand_s = 0.0
-    if images:  # warm-up: the first run packs the weights
-        source_model.image_features(images[0])
-        candidate_model.image_features(images[0])
-    for img, ps in zip(images, prompts, strict=False):
-        t = time.perf_counter()
-        fa = source_model.image_features(img)
-        src_s += time.perf_counter() - t
-        t = time.perf_counter()
-        fb = candidate_model.image_features(img)
-        cand_s += time.perf_counter() - t
+    runs, src_s, cand_s = side_by_side(
+        source_model.image_features, candidate_model.image_features, images[: len(prompts)]
+    )
+    for (_, fa, fb), ps in zip(runs, prompts, strict=False):
         for a, b in zip(fa.in_slot_order(), fb.in_slot_order(), strict=True):
             corr.append(float(np.corrcoef(a.ravel(), b.ravel())[0, 1]))
         for ma, mb in zip(
@@ -170,22 +186,16 @@ def text_short_figures(source_model, candidate_model, prompts: Sequence[str]) ->
     """
     short = candidate_model.short_text
     length = short.length if short is not None else 0
-    per, src_s, cand_s = [], 0.0, 0.0
+    per = []
     fitting = [
         p
         for p in prompts
         if candidate_model.text_graph_for(candidate_model.tokenize(p))[0] is short
     ]
-    if fitting:  # warm-up: the first run packs the weights
-        source_model.compute_cond(fitting[0])
-        candidate_model.compute_cond(fitting[0])
-    for p in fitting:
-        t = time.perf_counter()
-        a = source_model.compute_cond(p)
-        src_s += time.perf_counter() - t
-        t = time.perf_counter()
-        b = candidate_model.compute_cond(p)
-        cand_s += time.perf_counter() - t
+    runs, src_s, cand_s = side_by_side(
+        source_model.compute_cond, candidate_model.compute_cond, fitting
+    )
+    for p, a, b in runs:
         diff = float(np.abs(a - b).max())
         rel = diff / max(float(np.abs(a).max()), float(np.abs(b).max())) if diff else 0.0
         per.append((p, content_tokens(candidate_model, p), _pearson(a, b), diff, rel))
