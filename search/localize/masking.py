@@ -250,16 +250,18 @@ def seen_image(model, image: Image.Image, size: tuple[int, int]) -> Seen:
 
 
 def seen_stored(
-    model, image: Image.Image, size: tuple[int, int], key: str, store: VisionStore | None
+    model, image: Image.Image, size: tuple[int, int], data: bytes, store: VisionStore | None
 ) -> Seen:
-    """The pass of the photo whose bytes hash to key: read from the store, else run and stored."""
-    if store is not None:
-        features = store.load(model, key)
-        if features is not None:
-            return Seen(preview_base(image, size), size, features, from_store=True)
+    """The pass of the photo decoded from data: read from the store (keyed by data's hash),
+    else run, and stored."""
+    if store is None:
+        return seen_image(model, image, size)
+    key = content_key(data)
+    features = store.load(model, key)
+    if features is not None:
+        return Seen(preview_base(image, size), size, features, from_store=True)
     seen = seen_image(model, image, size)
-    if store is not None:
-        store.save(model, key, seen.features)
+    store.save(model, key, seen.features)
     return seen
 
 
@@ -287,15 +289,12 @@ def see(model, path: str | Path, store: VisionStore | None = None) -> Seen:
     key = (os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
 
     def compute() -> Seen:
-        if store is None:
-            image, size = open_for_mask(path)
-            return seen_image(model, image, size)
         try:
             data = path.read_bytes()
         except OSError as exc:
             raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
         image, size = decode(data, draft_size=CLIPSEG_IMAGE_SIZE)
-        return seen_stored(model, image, size, content_key(data), store)
+        return seen_stored(model, image, size, data, store)
 
     return vision_cache(model).get(key, compute)
 

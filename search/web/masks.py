@@ -31,7 +31,7 @@ from wherein.indexer.imaging import DecodeError, decode
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE
 from wherein.search.localize.vision_cache import Seen, VisionCache
-from wherein.search.localize.vision_store import VisionStore, content_key
+from wherein.search.localize.vision_store import VisionStore
 from wherein.search.web.files import FileChanged, IndexedFile, read_verified
 from wherein.search.web.runner import LATER, NOW, PriorityRunner
 from wherein.search.web.thumbs import _write_atomic
@@ -78,7 +78,7 @@ class MaskService:
         on_added: Callable[[list[Path]], object] | None = None,
         store: VisionStore | None = None,
     ) -> None:
-        """on_added: told of each new entry's files, its .json first (the cache limit);
+        """on_added: told of each new file written (the cache limit);
         store: where vision passes outlive the process (a restarted server reuses them)."""
         self.on_added = on_added
         self.store = store
@@ -214,16 +214,10 @@ class MaskService:
         overlay = res.overlay_jpeg(seen.image)
         folder = self._folder(f)
         if folder is not None:
-            try:
-                path = folder / f"{pkey}.{KINDS['overlay'][0]}"
-                _write_atomic(path, overlay)
-                meta = folder / f"{pkey}.json"
-                _write_atomic(meta, json.dumps(summary).encode())  # last: marks complete
-                if self.on_added is not None:
-                    self.on_added([meta, path])
+            path = folder / f"{pkey}.{KINDS['overlay'][0]}"
+            meta = folder / f"{pkey}.json"  # last: marks the entry complete
+            if self._keep([(path, overlay), (meta, json.dumps(summary).encode())]):
                 return MaskEntry({**summary, "cached": False}, {"overlay": path})
-            except OSError:
-                self.dir = None  # read-only index: keep results in memory from now on
         entry = MaskEntry(summary, {"overlay": overlay})
         with self._lock:
             self._memory[f"{f.key}/{pkey}"] = entry
@@ -243,19 +237,26 @@ class MaskService:
         if res is None:
             res, _ = self._result(f, prompt, pkey)
         png = res.mask_png()
-        if path is not None:
-            try:
-                _write_atomic(path, png)
-                if self.on_added is not None:
-                    self.on_added([path])
-                return path
-            except OSError:
-                self.dir = None
+        if path is not None and self._keep([(path, png)]):
+            return path
         with self._lock:
             mem = self._memory.get(key)
             if mem is not None:
                 mem.files["mask"] = png
         return png
+
+    def _keep(self, files: list[tuple[Path, bytes]]) -> bool:
+        """Write the files in order and tell on_added; False (and memory only from now on)
+        when the cache folder cannot be written."""
+        try:
+            for path, data in files:
+                _write_atomic(path, data)
+        except OSError:
+            self.dir = None  # read-only index: keep results in memory from now on
+            return False
+        if self.on_added is not None:
+            self.on_added([path for path, _ in files])
+        return True
 
     def _vision(self, f: IndexedFile, model) -> Seen:
         from wherein.search.localize.masking import seen_stored
@@ -268,7 +269,7 @@ class MaskService:
                 raise FileChanged(
                     f"image {f.id}: the indexed file no longer decodes ({exc})"
                 ) from None
-            return seen_stored(model, image, size, content_key(data), self.store)
+            return seen_stored(model, image, size, data, self.store)
 
         return self._seen.get(f.key, compute)
 
