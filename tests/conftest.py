@@ -28,6 +28,18 @@ def env(standin_models, tmp_path, monkeypatch) -> dict[str, Path]:
     return {"models": standin_models, "index": index}
 
 
+class Counting:
+    """A graph wrapper that counts runs."""
+
+    def __init__(self, graph) -> None:
+        self.graph = graph
+        self.calls = 0
+
+    def run(self, *inputs):
+        self.calls += 1
+        return self.graph.run(*inputs)
+
+
 def draw_shape(
     path: Path,
     colour: str,

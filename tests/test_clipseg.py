@@ -16,24 +16,12 @@ from wherein.schemas.errors import ModelError
 from wherein.schemas.models import CLIPSEG_EOT, CLIPSEG_SOT
 from wherein.search.localize.masking import MaskResult
 
-from conftest import draw_shape
+from conftest import Counting, draw_shape
 
 
 @pytest.fixture(scope="module")
 def model(standin_models) -> ClipSeg:
     return ClipSeg.load(ModelDir(standin_models), num_threads=1)
-
-
-class Counting:
-    """A graph wrapper that counts runs."""
-
-    def __init__(self, graph) -> None:
-        self.graph = graph
-        self.calls = 0
-
-    def run(self, *inputs):
-        self.calls += 1
-        return self.graph.run(*inputs)
 
 
 def counted(model: ClipSeg) -> ClipSeg:

@@ -22,18 +22,10 @@ from wherein.indexer.models.optimize.widen import read_model, write_model
 from wherein.indexer.models.standins import GRAPHS_DIR
 from wherein.schemas.errors import ModelError
 
+from conftest import Counting
+
 L = DEFAULT_LENGTH
 WORDS = "a photo of the red car next to a green tree on the left side of the old house"
-
-
-class Counting:
-    def __init__(self, graph) -> None:
-        self.graph = graph
-        self.calls = 0
-
-    def run(self, *inputs):
-        self.calls += 1
-        return self.graph.run(*inputs)
 
 
 def prompt_of(model: ClipSeg, n: int) -> str:

@@ -20,21 +20,21 @@ from wherein.search.localize.masking import add_masks_to_hits
 from wherein.search.localize.vision_store import VISION_DIR, VisionStore, graph_id
 from wherein.search.web.app import create_app
 
-from conftest import draw_shape
+from conftest import Counting, draw_shape
 
 
-class CountedVision:
+class CountedVision(Counting):
     """The real vision graph, counting its runs (and able to refuse them)."""
 
     def __init__(self, graph, refuse: bool = False) -> None:
-        self.graph, self.refuse, self.runs = graph, refuse, 0
+        super().__init__(graph)
+        self.refuse = refuse
         self.path = graph.path  # what the store keys the graph by
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         if self.refuse:
             raise AssertionError("the vision graph ran although the store holds this photo")
-        self.runs += 1
-        return self.graph.run(*inputs)
+        return super().run(*inputs)
 
 
 def fresh_model(models: Path, refuse: bool = False) -> tuple[ClipSeg, CountedVision]:
@@ -81,7 +81,7 @@ def test_a_new_process_masks_stored_photos_with_the_decoder_only(standin_models,
     first, seen = fresh_model(standin_models)
     store = VisionStore(store_dir)
     red = masked(standin_models, first, store, photos, "red", tmp_path / "o1")
-    assert seen.runs == 3 and store.saved == 3
+    assert seen.calls == 3 and store.saved == 3
     assert red[0].mask_area > 0.3 and red[2].bbox is None  # the masks are real ones
 
     later, refused = fresh_model(standin_models, refuse=True)
@@ -110,7 +110,7 @@ def test_a_renamed_photo_keeps_its_entry_a_changed_one_does_not(standin_models, 
     draw_shape(moved, "blue", quality=95)  # same name, other content
     later, counted = fresh_model(standin_models)
     (hit,) = masked(standin_models, later, VisionStore(store_dir), [moved], "red", tmp_path / "o3")
-    assert counted.runs == 1 and hit.bbox is None  # the blue photo, not the stored red one
+    assert counted.calls == 1 and hit.bbox is None  # the blue photo, not the stored red one
 
 
 def test_a_damaged_entry_is_computed_again(standin_models, photos, tmp_path):
@@ -123,7 +123,7 @@ def test_a_damaged_entry_is_computed_again(standin_models, photos, tmp_path):
     later, counted = fresh_model(standin_models)
     store = VisionStore(store_dir)
     got = masked(standin_models, later, store, photos[:1], "red", tmp_path / "o2")
-    assert counted.runs == 1 and store.loaded == 0 and masks(got) == masks(want)
+    assert counted.calls == 1 and store.loaded == 0 and masks(got) == masks(want)
     assert entry.is_file() and entry.stat().st_size > 1000  # written again whole
 
 
