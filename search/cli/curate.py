@@ -245,13 +245,13 @@ def select(
         )
         for warning in searcher.last_warnings:
             click.echo(f"warning: {warning}", err=True)
-        models_root = searcher.models.root
+        models_root, index_root = searcher.models.root, searcher.store.dir
         labels = _stored_labels(searcher, hits) if category_from_labels else None
     dest = copy_to or link_to
     placements = (
         S.plan(hits, dest, "flat" if flat else "tree") if dest else []
     )  # checked before any work
-    prompt = next(t.value for t in q.text_terms if t.weight > 0) if mask else None
+    prompt = q.mask_prompt() if mask else None
     if prompt and engine == "ray":
         hits = _masks_on_ray(
             hits, prompt, export_path, export_fmt, models_root, labels, ray_address, fmt
@@ -259,7 +259,9 @@ def select(
         _emit(hits, fmt, None, None, output.to_table)
     else:
         if prompt:
-            hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root)
+            hits = add_masks(
+                hits, prompt, out_dir or Path("wherein-masks"), models_root, index_dir=index_root
+            )
         _emit(hits, fmt, export_path, export_fmt, output.to_table, prompt, labels)
     if dest:
         made = S.materialise(placements, "link" if link_to else "copy")

@@ -206,7 +206,7 @@ def search(
             labels = best_labels(searcher.store.catalog, [h.id for h in hits])
     prompt = None
     if mask:
-        prompt = mask_prompt or next((t.value for t in q.text_terms if t.weight > 0), None)
+        prompt = q.mask_prompt(mask_prompt)
         if not prompt:
             raise click.UsageError(
                 "--mask needs a text term or --mask-prompt to know what to segment"

@@ -456,7 +456,7 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         )
         total = len(hits) if min_probability is not None else None
         chunk = hits[end - per_page : end]
-        prompt = next((t.value for t in query.text_terms if t.weight > 0), None)
+        prompt = query.mask_prompt()
         if prompt and page == 1 and state.prefetch_masks > 0:
             first = [h.id for h in chunk[: state.prefetch_masks]]
             state.masks.prefetch([functools.partial(state.indexed, i) for i in first], prompt)
