@@ -210,9 +210,8 @@ def select(
       wherein select dog -p 0.5 --mask --export dogs.coco.json
       wherein select dog -p 0.5 --mask --engine ray --export dogs.coco.json
     """
-    from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
     from wherein.search import output
-    from wherein.search.api import Query, add_masks, open_index
+    from wherein.search.api import MODEL_TEMPLATE, Query, add_masks, open_index
     from wherein.search.curate import select as S
 
     if copy_to and link_to:
@@ -228,9 +227,7 @@ def select(
     q.validate()
     if not q.has_text:
         raise click.UsageError("select needs a text term (the probability is calibrated for text)")
-    with open_index(
-        index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
-    ) as searcher:
+    with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
         standin_banner(searcher.models, fmt)
         hits = S.select(
             searcher,
@@ -373,15 +370,16 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
       wherein label --labels "cat,dog,car"
       wherein label -l "indoor,outdoor" --template "a photo taken {}" --export io.parquet
     """
-    from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
     from wherein.search.api import open_index
     from wherein.search.curate import labels as L
 
     if raw and template:
         raise click.UsageError("use --raw or --template, not both")
     names = L.parse_labels(labels)
-    tmpl = L.check_template(L.RAW_TEMPLATE if raw else (template or SIGLIP_PROMPT_TEMPLATE))
+    if template:
+        L.check_template(template)
     with open_index(index_dir, models_dir) as searcher:
+        tmpl = L.check_template(L.RAW_TEMPLATE if raw else (template or searcher.template or "{}"))
         standin_banner(searcher.models, fmt)
         run = L.compute_labels(searcher, names, tmpl)
         stored = 0 if no_store else L.store_labels(searcher.store.catalog, run)

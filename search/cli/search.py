@@ -164,9 +164,8 @@ def search(
       wherein search beach --taken 2024-06..2024-08 --near 43.7,7.26,20 --sort taken
     """
     from wherein.indexer import paths as P
-    from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
     from wherein.search import output
-    from wherein.search.api import Query, add_masks, open_index
+    from wherein.search.api import MODEL_TEMPLATE, Query, add_masks, open_index
 
     q = Query.build(list(query), add=add, subtract=subtract, like=like, unlike=unlike)
     q.validate()
@@ -179,9 +178,7 @@ def search(
         raise click.UsageError("--format only applies with --export FILE")
     if category_from_labels and not (mask and export_path):
         raise click.UsageError("--category-from-labels only applies with --mask --export")
-    with open_index(
-        index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
-    ) as searcher:
+    with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
         standin_banner(searcher.models, fmt)
         hits = searcher.search(
             q,
