@@ -252,7 +252,7 @@ def test_the_site_builds_strict_with_the_cli_reference(tmp_path):
     pytest.importorskip("mkdocs_click", reason="needs the [docs] extra (mkdocs-click)")
     site = tmp_path / "site"
     r = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
         cwd=ROOT,
         capture_output=True,
         text=True,
