@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from wherein.indexer.store.catalog import Catalog
+from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import Hit
 from wherein.search.curate import labels as L
-from wherein.search.curate.dupes import UnionFind
+from wherein.search.curate.dupes import UnionFind, find_duplicates
 from wherein.search.curate.select import MaterialiseError, Placement, materialise, plan
 
 
@@ -62,6 +65,56 @@ def test_random_unions_give_the_connected_components():
         for a, b in edges:
             uf.union(a, b)
         assert sorted(uf.groups()) == components(n, edges), trial
+
+
+def test_the_keeper_is_the_existing_largest_oldest_copy(tmp_path):
+    """Exact copies (one content hash) group; the keeper follows the documented order."""
+    same = "ab" * 32
+    other = "cd" * 32
+    rows = [  # name, exists, width x height, size, mtime, sha
+        ("a.jpg", False, 100, 10, 5, same),  # the largest, but its file is gone
+        ("b.jpg", True, 50, 30, 5, same),  # the largest file, but fewer pixels
+        ("c.jpg", True, 80, 10, 5, same),
+        ("d.jpg", True, 80, 20, 9, same),  # keeper: existing, largest resolution, larger file
+        ("x.jpg", True, 10, 5, 7, other),
+        ("z.jpg", True, 10, 5, 3, other),
+        ("y.jpg", True, 10, 5, 3, other),  # keeper: oldest, then first by path
+        ("lone.jpg", True, 10, 5, 3, "ef" * 32),
+    ]
+    cat = Catalog(tmp_path / "catalog.db")
+    with cat.transaction():
+        for name, exists, side, size, mtime, sha in rows:
+            path = tmp_path / name
+            if exists:
+                path.write_bytes(b"x")
+            record = {
+                "path": str(path),
+                "size": size,
+                "mtime_ns": mtime,
+                "sha256": sha,
+                "width": side,
+                "height": side,
+                "format": "jpeg",
+                "indexed_at": "2026-01-01T00:00:00+00:00",
+                "model_id": "m",
+            }
+            cat.insert_image(record, np.ones(4, dtype=np.float32))
+    try:
+        report = find_duplicates(SimpleNamespace(catalog=cat), exact_only=True)
+    finally:
+        cat.close()
+    got = [(Path(h.path).name, h.extra["group"], h.extra["keeper"]) for h in report.hits]
+    assert got[0] == ("d.jpg", 1, True) and got[4] == ("y.jpg", 2, True)
+    assert {n for n, g, _ in got if g == 1} == {"a.jpg", "b.jpg", "c.jpg", "d.jpg"}
+    assert {n for n, g, _ in got if g == 2} == {"x.jpg", "y.jpg", "z.jpg"}
+    assert all(h.extra["match"] == "exact" for h in report.hits if not h.extra["keeper"])
+    assert (report.groups, report.redundant, report.redundant_bytes) == (2, 5, 10 + 30 + 10 + 5 + 5)
+    assert report.threshold is None
+
+
+def test_a_threshold_outside_the_cosine_range_is_refused():
+    with pytest.raises(WhereinError, match="between -1 and 1"):
+        find_duplicates(SimpleNamespace(catalog=SimpleNamespace(get_meta=dict().get)), 1.5)
 
 
 # -- select: where each file goes -----------------------------------------------------------
