@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import struct
 import zlib
@@ -138,6 +139,25 @@ def test_float_images_are_stretched_to_their_own_range():
     assert (decoded_pixels(flat, "TIFF") == 0).all()  # no division by a zero range
 
 
+@pytest.mark.parametrize("fmt", ["GIF", "WEBP", "TIFF"])
+def test_a_stack_of_frames_shows_its_first(fmt):
+    frames = [Image.new("RGB", (8, 8), c) for c in ((250, 0, 0), (0, 0, 250), (0, 250, 0))]
+    kwargs = {"lossless": True} if fmt == "WEBP" else {}
+    data = encoded(frames[0], fmt, save_all=True, append_images=frames[1:], **kwargs)
+    assert Image.open(io.BytesIO(data)).n_frames == 3
+    img, size = decode(data)
+    assert size == (8, 8)
+    assert np.abs(np.asarray(img, dtype=np.int16) - (250, 0, 0)).max() <= 8
+
+
+def test_bilevel_and_grey_become_grey_rgb():
+    bits = Image.new("1", (2, 1))
+    bits.putdata([0, 1])
+    assert decoded_pixels(bits)[0].tolist() == [[0, 0, 0], [255, 255, 255]]
+    grey = Image.new("L", (1, 1), 90)
+    assert decoded_pixels(grey)[0].tolist() == [[90, 90, 90]]
+
+
 # -- what is not a usable image --------------------------------------------------------------
 def png_header_only(width: int, height: int) -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
@@ -180,6 +200,17 @@ def test_the_bomb_limit_holds_when_pillows_own_is_switched_off(monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)
     with pytest.raises(DecodeError, match="decompression bomb: 20000x10000 pixels"):
         decode(png_header_only(20_000, 10_000))
+
+
+def test_prepare_hashes_the_bytes_and_sizes_the_upright_picture():
+    exif = Image.Exif()
+    exif[0x0112] = 8
+    stored = Image.fromarray(np.ascontiguousarray(STORED[8](upright())))
+    data = encoded(stored, "JPEG", exif=exif, quality=90)
+    res = prepare(data, ImageInput(12, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)), mtime_ns=42)
+    assert res.error == "" and res.sha256 == hashlib.sha256(data).hexdigest()
+    assert (res.size, res.mtime_ns, res.width, res.height) == (len(data), 42, 48, 32)
+    assert res.pixels is not None and res.pixels.shape == (3, 12, 12)
 
 
 def test_a_missing_file_is_a_decode_error(tmp_path):
