@@ -16,21 +16,20 @@ from wherein.search.web.files import FileChanged, IndexedFile, NotFound, read_ve
 
 
 # -- the Host check (DNS rebinding) ---------------------------------------------------------
-def ask(host: str | None, allowed: list[str] = LOOPBACK_HOSTS) -> tuple[int, dict | str]:
+def ask(host: str, allowed: list[str] = LOOPBACK_HOSTS) -> tuple[int, dict | str]:
     """One GET through TrustedHosts in front of an app that answers 200 'ok'."""
 
     async def inner(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
-    headers = [] if host is None else [(b"host", host.encode("latin-1"))]
     scope = {
         "type": "http",
         "method": "GET",
         "path": "/api/status",
         "raw_path": b"/api/status",
         "query_string": b"",
-        "headers": headers,
+        "headers": [(b"host", host.encode("latin-1"))],
         "http_version": "1.1",
         "scheme": "http",
         "root_path": "",
