@@ -1,8 +1,8 @@
-"""Masks as numbers, without a model: regions, runs, outlines, COCO RLE, the stretched map, 1-bit PNG.
+"""Masks as numbers, without a model: regions, runs, outlines, the stretched map, 1-bit PNG.
 
 Each part is checked against an independent plain reference (a flood fill, a
-point-in-polygon fill, pycocotools, a per-pixel bilinear formula, Pillow's PNG
-decoder) on small random masks and maps.
+point-in-polygon fill, a per-pixel bilinear formula, Pillow's PNG decoder) on
+small random masks and maps. COCO RLE: test_coco_rle.py.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from wherein.search.localize import coco, contours
+from wherein.search.localize import contours
 from wherein.search.localize.bitpng import encode_1bit
-from wherein.search.localize.export import Categories, Instance, LabelledImage
 from wherein.search.localize.probmap import stretch, threshold_runs
 from wherein.search.localize.regions import Region, Runs, regions, regions_of_runs
 
@@ -211,48 +210,6 @@ def test_polygons_drop_what_encloses_too_little():
     mask[2:5, 2:5] = True  # 9 px
     assert [contours.signed_area(p) for p in contours.polygons(mask, 0, min_area=2)] == [9.0]
     assert contours.polygons(np.zeros((3, 3), dtype=bool)) == []
-
-
-# -- COCO RLE ------------------------------------------------------------------------------
-def test_rle_round_trips_through_pycocotools():
-    from pycocotools import mask as mask_utils
-
-    for trial, mask in enumerate(random_masks(5)):
-        seg = coco.rle(mask)
-        assert isinstance(seg["counts"], str) and seg["size"] == list(mask.shape)
-        coded = {"size": seg["size"], "counts": seg["counts"].encode()}
-        assert np.array_equal(mask_utils.decode(coded).astype(bool), mask), trial
-        assert int(mask_utils.area(coded)) == int(mask.sum()), trial
-
-
-def test_rle_of_a_view_is_the_views_mask():
-    """A transposed or sliced array is not C-contiguous: the RLE must still be of what it shows."""
-    from pycocotools import mask as mask_utils
-
-    base = np.random.default_rng(6).random((20, 31)) < 0.4
-    for view in (base.T, base[::2, 3:], base[:, ::-1]):
-        seg = coco.rle(view)
-        coded = {"size": seg["size"], "counts": seg["counts"].encode()}
-        assert np.array_equal(mask_utils.decode(coded).astype(bool), view)
-
-
-def test_coco_annotation_area_and_box_are_the_masks():
-    mask = np.zeros((40, 50), dtype=bool)
-    mask[5:15, 10:30] = True
-    mask[30:35, 40:45] = True
-    item = LabelledImage(
-        7,
-        "/p/a.jpg",
-        50,
-        40,
-        [Instance("dog", mask, 0.8), Instance("cat", np.zeros((40, 50), bool))],
-    )
-    piece = coco.encode(item, Categories(["cat", "dog"]))
-    (ann,) = piece.record["annotations"]  # the empty mask gives no annotation
-    assert ann["category_id"] == 2 and ann["image_id"] == 7 and ann["iscrowd"] == 0
-    assert ann["area"] == int(mask.sum())
-    assert ann["bbox"] == [10.0, 5.0, 35.0, 30.0]  # x, y, width, height over every region
-    assert ann["score"] == 0.8
 
 
 # -- the stretched probability map ---------------------------------------------------------
