@@ -154,6 +154,16 @@ def test_tree_of_one_folder_puts_files_directly_in_dest(tmp_path):
     ]
 
 
+def test_dest_may_start_with_a_tilde_or_be_relative(tmp_path, monkeypatch):
+    src = files(tmp_path / "photos", "a.jpg")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (placed,) = plan([hit(src[0], 1)], "~/picked")
+    assert placed.target == tmp_path / "home" / "picked" / "a.jpg"
+    monkeypatch.chdir(tmp_path)
+    (placed,) = plan([hit(src[0], 1)], "here")
+    assert placed.target == tmp_path / "here" / "a.jpg"
+
+
 def test_flat_names_collisions_case_insensitively_by_catalog_id(tmp_path):
     src = files(tmp_path, "x/IMG.jpg", "y/img.JPG", "z/Other.png", "y/c.gif")
     dest = tmp_path / "out"
