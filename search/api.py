@@ -65,6 +65,7 @@ from wherein.schemas.models import SIGLIP_IMAGE_SIZE, SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import Hit
 from wherein.search.photofilter import Near, PhotoFilter, TakenRange
 from wherein.search.query import SORT_KEYS, Query, QueryError, Term
+from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, rank_order
 
 __all__ = [
     "Hit",
@@ -378,13 +379,14 @@ class Searcher:
             threshold = (qv.full, float(min_score))
         if threshold is not None:
             vec, cos = threshold
-            radius = cos - _APPROX_MARGIN if approx else cos
+            # _join keeps exact scores down to cos - THRESHOLD_SLACK; FAISS's own float32
+            # scores are off by ~1e-7 (flat) or ~1e-3 (SQ8), so ask it for a little more.
+            radius = cos - (_APPROX_MARGIN if approx else 2 * THRESHOLD_SLACK)
             # "All matches" is a promise: an IVF range search probes every list (a scan of
             # the 1-byte codes, still 4x less memory traffic than Flat), not just nprobe.
-            # FAISS keeps scores > radius; nudge so == counts as a match.
             _, _, ids = index.range_search(
                 vec[None].astype(np.float32),
-                np.nextafter(radius, -2.0),
+                radius,
                 params=_params(selector, nlist if nprobe else 0),
             )
             return np.unique(ids.astype(np.int64))
@@ -393,14 +395,21 @@ class Searcher:
         # Approximate scores: over-fetch, the exact re-scoring in _join picks the true top k.
         fetch = min(available, want * 4 if approx else want)
         while True:
-            _, ids = index.search(
+            dist, ids = index.search(
                 qv.full[None].astype(np.float32), max(1, fetch), params=_params(selector, nprobe)
             )
-            got = ids[0][ids[0] >= 0]
+            found = ids[0] >= 0
+            got, dist = ids[0][found], dist[0][found]
             # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
-            if len(got) >= min(want, available) or not nprobe or nprobe >= nlist:
-                return got.astype(np.int64)
-            nprobe = min(nlist, nprobe * 4)
+            if len(got) < min(want, available) and nprobe and nprobe < nlist:
+                nprobe = min(nlist, nprobe * 4)
+                continue
+            # Hits tied with the last one wanted may lie past the cut, and which of them FAISS
+            # returned depends on the CPU: fetch until the tie is inside, _join breaks it by id.
+            if fetch < available and len(got) == fetch and _tied(dist, min(want, len(got))):
+                fetch = min(available, fetch * 2)
+                continue
+            return got.astype(np.int64)
 
     def _join(
         self, qv: QueryVectors, ids: np.ndarray, k, min_probability, min_score, check_exists
@@ -413,17 +422,16 @@ class Searcher:
         if len(got) == 0:
             return []
         vecs = unit_rows(vecs)
-        scores = vecs @ qv.full
-        text_cos = vecs @ qv.text if qv.text is not None else None
+        scores = exact_scores(vecs, qv.full)
+        text_cos = exact_scores(vecs, qv.text) if qv.text is not None else None
         probs = self.text_tower.probability(text_cos) if text_cos is not None else None
         keep = np.ones(len(got), dtype=bool)
         if min_probability is not None and text_cos is not None:
-            keep &= text_cos >= self.text_tower.cosine_for_probability(min_probability) - 1e-7
+            cos = self.text_tower.cosine_for_probability(min_probability)
+            keep &= text_cos >= cos - THRESHOLD_SLACK
         if min_score is not None:
-            keep &= scores >= min_score - 1e-7
-        order = [
-            i for i in np.lexsort((got, -scores)) if keep[i]
-        ]  # by score, ties by id: stable output
+            keep &= scores >= min_score - THRESHOLD_SLACK
+        order = [i for i in rank_order(scores, got) if keep[i]]
         limit = (
             k
             if k is not None
@@ -488,6 +496,12 @@ def _params(selector, nprobe: int):
     if selector is None:
         return None
     return faiss.SearchParameters(sel=selector)  # type: ignore[call-arg, unused-ignore]
+
+
+def _tied(dist: np.ndarray, want: int) -> bool:
+    """Whether FAISS's last score may equal the want-th one (at ranking precision, plus its
+    own float32 noise)."""
+    return bool(want and dist[-1] >= dist[want - 1] - 2 * THRESHOLD_SLACK)
 
 
 def _check_dim(got: int, want: int, what: str) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 from wherein.indexer.normalize import unit_rows
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import Hit
+from wherein.search.ranking import rank_order
 
 
 def uniqueness(store, k: int = 10, batch: int = 1024) -> tuple[np.ndarray, np.ndarray, int]:
@@ -43,7 +44,7 @@ def uniqueness(store, k: int = 10, batch: int = 1024) -> tuple[np.ndarray, np.nd
 def unique_hits(store, k: int = 10, top: int | None = 20) -> list[Hit]:
     """The most unique images first; score = mean cosine to the k neighbours, extra: uniqueness, k."""
     ids, u, k_used = uniqueness(store, k)
-    order = np.lexsort((ids, -u))  # most unique first, ties by id
+    order = rank_order(u, ids)  # most unique first; equal (to 6 places): by id
     if top is not None:
         order = order[:top]
     rows = store.catalog.hit_rows(ids[order])
