@@ -280,6 +280,8 @@ class Searcher:
     ) -> list[Hit]:
         """Hits for a query; see the module docstring for the selection rules."""
         photo = PhotoFilter.parse(taken, camera, near)
+        for pattern in _as_list(glob):  # refused before any model loads
+            _glob_matcher(pattern)
         if sort not in SORT_KEYS:
             raise QueryError(f"unknown sort key {sort!r} (choose from {', '.join(SORT_KEYS)})")
         if k is not None and k < 1:
@@ -532,12 +534,32 @@ def _as_list(v) -> list:
 
 def _glob_matcher(pattern: str):
     """No "/": match the file name; with "/": the path (relative patterns match a tail)."""
+    _check_glob(pattern)
     pat = os.path.expanduser(pattern).lower()
     if "/" not in pat:
         return lambda path: fnmatch.fnmatchcase(os.path.basename(path).lower(), pat)
     if not pat.startswith("/"):
         pat = "*/" + pat
     return lambda path: fnmatch.fnmatchcase(path.lower(), pat)
+
+
+def _check_glob(pattern: str) -> None:
+    """fnmatch reads a '[' that is never closed as a literal '[': a pattern typed as '['
+    would match nothing, silently. Refuse it (its own way to match a '[' is '[[]')."""
+    i, n = 0, len(pattern)
+    while i < n:
+        c, i = pattern[i], i + 1
+        if c != "[":
+            continue
+        j = i + (i < n and pattern[i] == "!")
+        j += j < n and pattern[j] == "]"  # a ']' first in a set is a member, not its end
+        j = pattern.find("]", j)
+        if j < 0:
+            raise QueryError(
+                f"--glob {pattern!r}: a '[' starts a set of characters that is never closed "
+                "with ']' (to match a '[' itself, write [[])"
+            )
+        i = j + 1
 
 
 def _sort(hits: list[Hit], key: str, reverse: bool) -> None:

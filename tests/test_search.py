@@ -137,6 +137,13 @@ def test_each_thread_reads_its_own_searchs_warnings(indexed, env):
     assert len(seen["elsewhere"]) == 1 and "/nowhere/at/all" in seen["elsewhere"][0]
 
 
+def test_glob_matches_a_bracket_written_as_a_set(indexed):
+    draw_shape(indexed / "red[1].png", "red")
+    run("index", indexed, "-q")
+    assert names(search_json("red", "--glob", "red[[]1].png")) == ["red[1].png"]
+    assert names(search_json("red", "--glob", "*[]]*", "-k", "3")) == ["red[1].png"]
+
+
 def test_under_and_glob_filters_still_return_k(indexed):
     nested = indexed / "nested"
     hits = search_json("red", "--under", nested, "-k", "2")
@@ -309,7 +316,7 @@ def test_like_an_indexed_id_uses_its_stored_vector(indexed, env):
 
 def test_min_probability_needs_text(indexed):
     r = run("search", "--like", indexed / "red_square.jpg", "-p", "0.5", ok=False)
-    assert r.exit_code == 1 and "needs a text term" in r.output
+    assert r.exit_code == 2 and "needs a text term" in r.output  # options that do not go together
 
 
 # -- outputs ----------------------------------------------------------------------------

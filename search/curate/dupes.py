@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
-from wherein.schemas.errors import WhereinError
+from wherein.schemas.errors import UsageError
 from wherein.schemas.records import Hit
 from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, tie_key
 
@@ -95,7 +95,7 @@ def find_duplicates(
     if threshold is None and not exact_only:
         threshold = default_threshold(cat.get_meta("space"))
     if threshold is not None and not -1.0 <= threshold <= 1.0:
-        raise WhereinError("--threshold is a cosine: between -1 and 1")
+        raise UsageError("--threshold is a cosine: between -1 and 1")
     uf = UnionFind()
     for ids in cat.exact_duplicate_groups():
         for other in ids[1:]:

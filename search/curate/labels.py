@@ -23,7 +23,7 @@ import numpy as np
 
 from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.catalog import CatalogReadOnly
-from wherein.schemas.errors import IndexError_, WhereinError
+from wherein.schemas.errors import IndexError_, UsageError
 from wherein.schemas.records import Hit
 from wherein.search.query import is_text
 from wherein.search.ranking import tie_key
@@ -31,7 +31,7 @@ from wherein.search.ranking import tie_key
 RAW_TEMPLATE = "{}"
 
 
-class LabelError(WhereinError):
+class LabelError(UsageError):
     """Bad labels or template."""
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
-from wherein.schemas.errors import WhereinError
+from wherein.schemas.errors import UsageError
 from wherein.schemas.records import Hit
 from wherein.search.ranking import rank_order
 
@@ -21,7 +21,7 @@ from wherein.search.ranking import rank_order
 def uniqueness(store, k: int = 10, batch: int = 1024) -> tuple[np.ndarray, np.ndarray, int]:
     """(ids, uniqueness, k used): k shrinks to n - 1 on small indexes."""
     if k < 1:
-        raise WhereinError("--k must be at least 1")
+        raise UsageError("--k must be at least 1")
     store.ensure_vectors(persist=False)
     index = store.vectors.index
     n = 0 if index is None else int(index.ntotal)
