@@ -34,5 +34,17 @@ def rank_order(scores, ids) -> np.ndarray:
 
 
 def exact_scores(vecs: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosines of unit rows with a unit query, in float64 (see the module docstring)."""
-    return np.asarray(vecs, dtype=np.float64) @ np.asarray(query, dtype=np.float64)
+    """Cosines of unit rows with a unit query, in float64 (see the module docstring).
+
+    In blocks of rows: a range search over a million images must not hold a float64 copy
+    of all their vectors."""
+    q = np.asarray(query, dtype=np.float64)
+    if vecs.ndim == 1:
+        return np.asarray(vecs, dtype=np.float64) @ q
+    out = np.empty(len(vecs), dtype=np.float64)
+    for start in range(0, len(vecs), _BLOCK):
+        out[start : start + _BLOCK] = vecs[start : start + _BLOCK].astype(np.float64) @ q
+    return out
+
+
+_BLOCK = 16384
