@@ -50,6 +50,7 @@ class IndexStore:
         self.vectors = VectorIndex(directory)
         self._lock_fd = lock_fd
         self.sync_note = ""
+        self.damage_note = ""  # the damaged vectors file this process found (and replaced?)
 
     @property
     def writable(self) -> bool:
@@ -111,6 +112,8 @@ class IndexStore:
         note = self.vectors.sync(self.catalog)
         if note:
             self.sync_note = note
+        if self.vectors.damaged:
+            self.damage_note = self.vectors.damaged  # save() below forgets it once replaced
         if self.vectors.dirty and (persist if persist is not None else self.writable):
             self.vectors.save()
         return note
@@ -161,13 +164,22 @@ class IndexStore:
             rep.fail(f"{bad_dim} embeddings are not {dim}-dimensional")
         note = self.ensure_vectors()
         if note:
-            rep.repaired.append(f"vectors were behind the catalog; {note}")
+            why = "" if self.damage_note else "vectors were behind the catalog; "
+            rep.repaired.append(why + note)
         # Re-read what is on disk, not what is in memory.
         on_disk = VectorIndex(self.dir)
         if cat.count_embedded() and not on_disk.load():
             rep.fail(f"{self.dir / FAISS_FILE}: missing or unreadable")
             return rep
         if on_disk.index is None:
+            return rep
+        damage = on_disk.damage(cat, samples=64)
+        if damage is not None:
+            # Only a read-only check gets here (a writer replaced the file above).
+            rep.fail(
+                f"{damage}; `wherein status --check --index {self.dir}` rebuilds it from the "
+                "catalog where the index is writable and no other process writes it"
+            )
             return rep
         have = np.sort(index_ids(on_disk.index))
         want = cat.embedded_ids()
