@@ -247,3 +247,96 @@ def test_interrupted_append_is_repaired_and_can_be_rerun(tmp_path, monkeypatch):
     stats = build_index([b], index, append=True)
     assert stats.added == 70 and stats.duplicates == 50
     assert _check(index)["images"] == 180
+
+
+def _build_cli(*args: str):
+    from wherein.search.cli import cli
+
+    return CliRunner().invoke(cli, ["build-index", *args, "--json"])
+
+
+@pytest.mark.parametrize("where", ["footer", "pages"])
+def test_damaged_shard_is_one_line_and_a_rerun_builds(tmp_path, where):
+    """A shard overwritten with random bytes: one `Error:` line naming it, exit 1. Damage the
+    footer check catches leaves no index at all; damage found while reading (pages behind an
+    intact footer) leaves an unfinished build that the same command, re-run, starts over."""
+    rng = np.random.default_rng(4)
+    emb = _vector_dir(tmp_path / "emb", rng.normal(size=(120, 768)).astype(np.float32), "a")
+    shard = emb / "shards" / "shard-00001.parquet"
+    good = shard.read_bytes()
+    bad = bytearray(good)
+    if where == "footer":
+        bad[:] = rng.bytes(len(good))
+    else:  # the column chunks, not the header magic nor the footer
+        bad[64 : len(good) // 2] = rng.bytes(len(good) // 2 - 64)
+    shard.write_bytes(bytes(bad))
+    index = tmp_path / "idx"
+    res = _build_cli(str(emb), "--index", str(index))
+    assert res.exit_code == 1, res.output
+    line = res.stderr.strip()
+    assert "\n" not in line and line.startswith(f"Error: {shard}: damaged shard"), line
+    if where == "footer":
+        assert not index.exists()  # nothing half-made
+    shard.write_bytes(good)
+    res = _build_cli(str(emb), "--index", str(index))
+    assert res.exit_code == 0, res.output
+    assert _check(index)["images"] == 120
+
+
+def test_killed_fresh_build_reruns_as_it_was(tmp_path):
+    """SIGKILL in the middle of a fresh build (after its first shard's rows): running the same
+    command again builds the whole index, with no --append and nothing counted twice."""
+    import subprocess
+
+    from launch import python_argv
+
+    rng = np.random.default_rng(5)
+    emb = _vector_dir(tmp_path / "emb", rng.normal(size=(180, 768)).astype(np.float32), "k")
+    index = tmp_path / "idx"
+    script = (
+        "import os, signal, sys\n"
+        "from wherein.indexer.scale import catalog_fill\n"
+        "from wherein.indexer.scale.build_index import build_index\n"
+        "real, calls = catalog_fill.shard_time, []\n"
+        "def kill_at_third(ref):\n"
+        "    calls.append(ref)\n"
+        "    if len(calls) == 3:\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return real(ref)\n"
+        "catalog_fill.shard_time = kill_at_third\n"
+        "build_index([sys.argv[1]], sys.argv[2])\n"
+    )
+    child = subprocess.run(
+        python_argv("-c", script, str(emb), str(index)), capture_output=True, timeout=300
+    )
+    assert child.returncode == -9, child.stderr
+    assert (index / "catalog.db").exists() and not (index / "vectors.faiss").exists()
+    res = _build_cli(str(emb), "--index", str(index))
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)
+    assert stats["vectors"] == stats["added"] == 180 and stats["duplicates"] == 0
+    assert _check(index)["images"] == 180
+    # Once finished, the index is the user's: the same command refuses to overwrite it.
+    res = _build_cli(str(emb), "--index", str(index))
+    assert res.exit_code == 1 and "already holds an index" in res.output
+
+
+def test_embed_out_on_a_device_is_one_line(tmp_path, standin_models):
+    """--out naming something that is not a folder (here a character device): one line, and the
+    device is left as it was."""
+    import os
+    import stat
+
+    from wherein.search.cli import cli
+
+    _reds(tmp_path / "photos", 2)
+    res = CliRunner().invoke(
+        cli,
+        ["embed", str(tmp_path / "photos"), "--out", os.devnull, "--models", str(standin_models)],
+    )
+    assert res.exit_code == 1, res.output
+    assert (
+        res.stderr.strip()
+        == f"Error: {os.devnull}: exists and is not a folder; choose another embed directory"
+    )
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)

@@ -38,7 +38,7 @@ from wherein.indexer.normalize import unit_rows
 from wherein.indexer.scale import ivf_fill
 from wherein.indexer.scale import shards as S
 from wherein.indexer.scale.catalog_fill import fill_catalog
-from wherein.indexer.scale.embed_set import EmbedSet, open_set
+from wherein.indexer.scale.embed_set import EmbedSet, check_shards, open_set
 from wherein.indexer.scale.recall_check import RECALL_TARGET, measure
 from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import CATALOG_FILE, IndexStore
@@ -52,6 +52,7 @@ from wherein.indexer.store.vectors import (
 from wherein.schemas.errors import IndexError_
 
 IVFDATA_FILE = "vectors.ivfdata"
+BUILD_UNFINISHED = "build_unfinished"  # meta: a fresh build that has not saved its vectors yet
 RESCORE_CHOICES = ("float16", "float32")
 
 
@@ -115,16 +116,21 @@ def build_index(
     t0 = time.perf_counter()
     dirs = [embed_dirs] if isinstance(embed_dirs, str | Path) else list(embed_dirs)
     out = Path(index_dir).expanduser().absolute()
+    check_shards(open_set(dirs))  # a damaged shard stops the build before anything is written
     exists = (out / CATALOG_FILE).exists()
     if append and not exists:
         raise IndexError_(f"{out}: no index to append to (build it first, without --append)")
-    if not append and exists:
-        raise IndexError_(
-            f"{out}: already holds an index; add --append to add these shards to it, "
-            "or build into a new directory"
-        )
     say = progress or (lambda _m: None)
-    with IndexStore.open(out, write=True, create=not append) as store:
+    # A fresh build never reads the old vectors: only appends load them.
+    with IndexStore.open(out, write=True, create=not append, load_vectors=append) as store:
+        if not append and exists:
+            if not _unfinished_build(store.catalog, dirs):
+                raise IndexError_(
+                    f"{out}: already holds an index; add --append to add these shards to it, "
+                    "or build into a new directory"
+                )
+            say(f"{out}: an earlier build-index of these shards did not finish; starting over")
+            store.start_over()
         cat = store.catalog
         first_id = cat.next_image_id()
         es = open_set(dirs, first_id)
@@ -175,8 +181,20 @@ def build_index(
         vi.model_id, vi.dim = es.model_id, es.dim
         vi.save()
         builder.drop_unused_ivfdata()
+        with cat.transaction():
+            cat.set_meta(BUILD_UNFINISHED, False)
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def _unfinished_build(cat: Catalog, dirs: list) -> bool:
+    """Is this index what a fresh build of these embed directories left when it was stopped
+    (killed, a damaged shard), so that all of it is that build's own? Also an index created
+    and stopped before its first commit (no model, no rows)."""
+    if cat.get_meta("model_id") is None and cat.max_image_id() == 0:
+        return True
+    same_dirs = cat.get_meta("built_from") == [str(d) for d in open_set(dirs).dirs]
+    return bool(cat.get_meta(BUILD_UNFINISHED)) and same_dirs
 
 
 def _catch_up(store: IndexStore, say) -> bool:
@@ -203,6 +221,8 @@ def _set_meta(cat: Catalog, es: EmbedSet, append: bool) -> None:
     cat.set_meta("space", es.space)
     cat.set_meta("dim", es.dim)
     cat.set_meta("model_file", es.model_file)
+    if not append:  # cleared once vectors.faiss is saved; until then a re-run starts over
+        cat.set_meta(BUILD_UNFINISHED, True)
     earlier = cat.get_meta("built_from", []) if append else []
     earlier = [earlier] if isinstance(earlier, str) else list(earlier or [])
     cat.set_meta("built_from", earlier + [str(d) for d in es.dirs])

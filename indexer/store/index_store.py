@@ -99,6 +99,19 @@ class IndexStore:
                 raise
         return store
 
+    def start_over(self) -> None:
+        """Remove the catalog and vectors (not the lock, which this writer holds) and open an
+        empty catalog: for an index whose every file a build that never finished wrote."""
+        assert self.writable
+        self.catalog.close()
+        names = [CATALOG_FILE + s for s in ("", "-wal", "-shm")]
+        names += [FAISS_FILE, SIDECAR_FILE, VECTOR_FILE]
+        names += [p.name for p in self.dir.glob("*.ivfdata")]
+        for name in names:
+            (self.dir / name).unlink(missing_ok=True)
+        self.catalog = Catalog(self.dir / CATALOG_FILE)
+        self.vectors = VectorIndex(self.dir)
+
     def reader(self) -> Catalog:
         """A second, read-only connection to this index's catalog (the caller closes it).
 
