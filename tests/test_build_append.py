@@ -340,3 +340,59 @@ def test_embed_out_on_a_device_is_one_line(tmp_path, standin_models):
         == f"Error: {os.devnull}: exists and is not a folder; choose another embed directory"
     )
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+@pytest.mark.parametrize("budget", ["-1G", "0", "1", "inf"])
+def test_max_memory_out_of_bounds_is_a_usage_error(tmp_path, budget):
+    rng = np.random.default_rng(6)
+    emb = _vector_dir(tmp_path / "emb", rng.normal(size=(60, 768)).astype(np.float32), "m")
+    index = tmp_path / "idx"
+    res = _build_cli(str(emb), "--index", str(index), f"--max-memory={budget}")
+    assert res.exit_code == 2, res.output
+    assert "--max-memory" in res.stderr and "wrote block" not in res.stderr
+    assert not index.exists()
+
+
+def test_resumed_append_summarises_the_rows_it_meets_again(tmp_path, monkeypatch):
+    """An append stopped after its first shard, run again: the shard it wrote before is one
+    line (how many paths, which source kept, which dropped), not one line per path."""
+    from wherein.indexer.scale import catalog_fill
+    from wherein.indexer.scale.build_index import build_index
+    from wherein.search.cli import cli
+
+    rng = np.random.default_rng(7)
+    a = _vector_dir(tmp_path / "a", rng.normal(size=(60, 768)).astype(np.float32), "a")
+    b = _vector_dir(tmp_path / "b", rng.normal(size=(120, 768)).astype(np.float32), "b")
+    index = tmp_path / "idx"
+    build_index([a], index)
+    real = catalog_fill.shard_time
+
+    def stop_at_second_shard(ref, calls=[]):  # noqa: B006 - counts calls across this test
+        calls.append(ref)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(ref)
+
+    monkeypatch.setattr(catalog_fill, "shard_time", stop_at_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        build_index([b], index, append=True)
+    monkeypatch.setattr(catalog_fill, "shard_time", real)
+    res = CliRunner().invoke(cli, ["build-index", str(b), "--index", str(index), "--append"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    (head,) = [n for n, line in enumerate(lines) if "in more than one place" in line]
+    assert lines[head].startswith("50 path(s)")
+    assert lines[head + 1].startswith("  50: kept the index") and "shard-00000" in lines[head + 1]
+    assert not any("/synthetic/" in line for line in lines)  # no per-path examples
+
+
+def test_fewer_vectors_than_ivf_lists_build_exact_under_any_budget(tmp_path):
+    """60 vectors under a 32K budget: too big for the budget as Flat, too few to train 64 IVF
+    lists (FAISS raised); the index is exact."""
+    rng = np.random.default_rng(8)
+    emb = _vector_dir(tmp_path / "emb", rng.normal(size=(60, 768)).astype(np.float32), "f")
+    index = tmp_path / "idx"
+    res = _build_cli(str(emb), "--index", str(index), "--max-memory=32K")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["kind"] == "flat"
+    assert _check(index)["images"] == 60

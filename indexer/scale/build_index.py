@@ -27,6 +27,7 @@ taken oldest first), into a new index, or with ``append`` into one built earlier
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ class BuildStats:
     shards: int = 0
     duplicates: int = 0  # paths met more than once (the newest shard's row kept)
     duplicate_examples: list[dict] = field(default_factory=list)
+    duplicate_sources: list[dict] = field(default_factory=list)  # kept, dropped, paths
     replaced: int = 0  # rows of the earlier index that a newer shard replaced
     reclaimed_bytes: int = 0  # disk given back under dead vectors.f16 rows (holes punched)
     kind: str = ""
@@ -83,14 +85,24 @@ class BuildStats:
     add_seconds: float = 0.0
 
 
-def parse_bytes(text: str) -> int:
-    """'4G', '512M', '1.5GB', '100000' -> bytes (binary units)."""
+# Below it the on-disk merge writes blocks of a handful of vectors each (a line per block):
+# no budget that small can be kept anyway, the quantizer alone is nlist x dim x 4 bytes.
+MIN_MEMORY_BUDGET = 32 << 10
+
+
+def parse_bytes(text: str, minimum: int = 1) -> int:
+    """'4G', '512M', '1.5GB', '100000' -> bytes (binary units), at least ``minimum``."""
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
     try:
-        return int(float(t[:-1] if mult > 1 else t) * mult)
+        value = float(t[:-1] if mult > 1 else t) * mult
     except ValueError:
-        raise ValueError(f"not a size: {text!r} (use e.g. 4G, 512M)") from None
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(f"not a size: {text!r} (use e.g. 4G, 512M)")
+    if value < minimum:
+        raise ValueError(f"{text!r} is too small: at least {minimum >> 10}K (use e.g. 4G, 512M)")
+    return int(value)
 
 
 def iter_shard_vectors(embed_dir: Path, manifest: dict):
@@ -155,6 +167,7 @@ def build_index(
         stats.catalog_seconds = time.perf_counter() - t
         stats.duplicates = filled.duplicates.count
         stats.duplicate_examples = filled.duplicates.examples
+        stats.duplicate_sources = filled.duplicates.by_source()
         stats.replaced = len(filled.replaced)
         # Deletions punch their own rows' blocks; this pass also frees dead rows of an index
         # written before they did (all of them, with the writer lock held and no write pending).

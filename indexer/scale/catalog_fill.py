@@ -34,11 +34,19 @@ class Duplicates:
 
     count: int = 0
     examples: list[dict] = field(default_factory=list)  # path, kept, dropped
+    pairs: dict[tuple[str, str], int] = field(default_factory=dict)  # (kept, dropped) -> paths
 
     def add(self, path: str, kept: str, dropped: str) -> None:
         self.count += 1
+        self.pairs[kept, dropped] = self.pairs.get((kept, dropped), 0) + 1
         if len(self.examples) < EXAMPLES:
             self.examples.append({"path": path, "kept": kept, "dropped": dropped})
+
+    def by_source(self) -> list[dict]:
+        """How many paths each (kept, dropped) pair of sources accounts for, most first: a
+        resumed run meets a whole shard again, which is one line, not one per path."""
+        ranked = sorted(self.pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [{"kept": k, "dropped": d, "paths": n} for (k, d), n in ranked]
 
 
 @dataclass

@@ -43,6 +43,7 @@ FAISS_FILE = "vectors.faiss"
 SIDECAR_FILE = "vectors.json"
 ONDISK_KIND = "ivf-sq8-ondisk"  # IVF whose lists live in a memory-mapped .ivfdata file
 
+MIN_NLIST = 64
 EXACT_LIMIT = 100_000  # below this, exact search is fast enough and has recall 1.0
 BYTES_PER_VECTOR = {"flat": 4.0, "sq8": 1.0}  # per dimension, plus ids
 
@@ -80,7 +81,9 @@ def choose_index(n: int, dim: int, memory_budget: int | None = None) -> IndexCho
     flat_bytes = n * (dim * 4 + 16)
     if n < EXACT_LIMIT and (memory_budget is None or flat_bytes <= memory_budget):
         return IndexChoice("flat", "IDMap2,Flat")
-    nlist = max(64, min(65536, int(math.sqrt(max(n, 1)))))
+    if n < MIN_NLIST:  # k-means needs a vector per list: exact, whatever the budget
+        return IndexChoice("flat", "IDMap2,Flat")
+    nlist = max(MIN_NLIST, min(65536, int(math.sqrt(max(n, 1)))))
     nlist = 1 << round(math.log2(nlist))
     nprobe = max(16, nlist // 64)
     return IndexChoice("ivf-sq8", f"IVF{nlist},SQ8", nlist, nprobe)
