@@ -396,3 +396,38 @@ def test_fewer_vectors_than_ivf_lists_build_exact_under_any_budget(tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["kind"] == "flat"
     assert _check(index)["images"] == 60
+
+
+def test_embed_and_build_index_carry_the_photo_metadata(env, tmp_path):
+    """EXIF read by `wherein embed` reaches the catalog through the shards: hits from an index
+    built by embed + build-index carry the same taken / camera / gps as `wherein index`
+    gives them, and --camera / --near filter on them."""
+    from test_photos import exif
+
+    photos = tmp_path / "photos"
+    specs = {
+        "paris.jpg": exif(
+            "Canon", "Canon EOS R5", "2024:06:15 14:03:22", "+02:00", 48.8584, 2.2945
+        ),
+        "nyc.jpg": exif("Apple", "iPhone 15", "2023:12:24 18:00:00", "-05:00", 40.7128, -74.006),
+        "lens.jpg": exif("SONY", "ILCE-7M3", "2024:08:31 23:59:59", lens="FE 35mm", orientation=1),
+    }
+    for name, data in specs.items():
+        draw_shape(photos / name, "red", exif=data, quality=95)
+    draw_shape(photos / "scan.png", "red")  # no EXIF at all
+
+    def hits(index: Path, *args: str) -> dict[str, dict]:
+        found = _cli("search", "red", "-k", "10", "--index", str(index), *args)
+        fields = ("taken", "taken_source", "camera", "gps", "lens")
+        listed = found["hits"] if isinstance(found, dict) else found
+        return {Path(h["path"]).name: {k: h.get(k) for k in fields} for h in listed}
+
+    _cli("index", str(photos), "--index", str(tmp_path / "direct"))
+    emb = _embed(photos, tmp_path / "emb", env["models"])
+    built = tmp_path / "built"
+    _cli("build-index", str(emb), "--index", str(built))
+    want = hits(tmp_path / "direct")
+    assert want["paris.jpg"]["camera"] == "Canon EOS R5"  # the reference has them
+    assert hits(built) == want
+    assert list(hits(built, "--camera", "iphone")) == ["nyc.jpg"]
+    assert list(hits(built, "--near", "48.8584,2.2945,2")) == ["paris.jpg"]

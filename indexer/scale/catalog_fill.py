@@ -121,6 +121,8 @@ class _Filler:
                     ]
                     if records:
                         cat.insert_images(records, vecs[keep])
+                        if "taken" in cols:  # shards written since EXIF is carried
+                            cat.store_photos(_photo_rows(cols, np.flatnonzero(keep)))
                         sources.add(ref.source)
                         if meet_skips:
                             cat.forget_skips([r["path"] for r in records])
@@ -173,3 +175,17 @@ class _Filler:
                 gone.append(old_id)
         self.cat.delete_images(older)
         return keep
+
+
+def _photo_rows(cols: dict, rows: np.ndarray) -> list[dict]:
+    """The photos table's rows for these shard rows: their EXIF as `wherein embed` read it,
+    for the same bytes (size, mtime_ns) the images row describes."""
+    return [
+        {
+            "image_id": cols["id"][j],
+            "size": cols["size"][j],
+            "mtime_ns": cols["mtime_ns"][j],
+            **{k: cols[k][j] for k in S.PHOTO_FIELDS},
+        }
+        for j in rows
+    ]

@@ -145,6 +145,7 @@ def row_of(item_id: int, uri: str, res: Prepared, vector: np.ndarray | None) -> 
         "height": res.height,
         "error": res.error,
         "embedding": vector,
+        "photo": res.photo.as_dict() if res.photo is not None else None,
     }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from wherein.indexer.scale import records
-from wherein.indexer.scale.shards import uri_of_cell
+from wherein.indexer.scale.shards import PHOTO_FIELDS, uri_of_cell
 from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE_SIZE
 
 DECODE_BATCH = 16
@@ -40,6 +40,7 @@ def decode_batch(batch: dict, draft: bool) -> dict:
     cols: dict[str, list[object]] = {
         k: [] for k in ("size", "mtime_ns", "sha256", "width", "height", "error")
     }
+    photos: dict[str, list[object]] = {k: [] for k in PHOTO_FIELDS}
     for j in range(n):
         res = records.load(
             uri_of_cell(str(batch["uri"][j])),
@@ -51,6 +52,9 @@ def decode_batch(batch: dict, draft: bool) -> dict:
             pixels[j] = res.pixels
         for k in cols:
             cols[k].append(getattr(res, k))
+        photo = res.photo.as_dict() if res.photo is not None else {}
+        for k in PHOTO_FIELDS:
+            photos[k].append(photo.get(k))
     out = {"id": batch["id"], "shard": batch["shard"], "uri": batch["uri"], "pixels": pixels}
     out.update(
         {
@@ -58,6 +62,7 @@ def decode_batch(batch: dict, draft: bool) -> dict:
             for k, v in cols.items()
         }
     )
+    out.update({k: np.array(v, dtype=object) for k, v in photos.items()})  # None where unknown
     return out
 
 
@@ -139,7 +144,13 @@ def _collect(ds, writer, progress) -> None:
                     "height": int(batch["height"][j]),
                     "error": err,
                     "embedding": None if err else batch["embedding"][j],
+                    "photo": {k: _plain(batch[k][j]) for k in PHOTO_FIELDS if k in batch},
                 },
             )
         if progress:
             progress(len(batch["id"]))
+
+
+def _plain(value: object) -> object:
+    """A numpy scalar from a Ray batch as the Python value the shard column takes."""
+    return value.item() if isinstance(value, np.generic) else value

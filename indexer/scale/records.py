@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare_for_siglip, read_error
+from wherein.indexer.photometa import photo_meta_from_bytes
 from wherein.indexer.scale.sources import read_item
 
 
@@ -13,4 +14,7 @@ def load(uri: str, offset: int = -1, length: int = -1, draft: bool = JPEG_DRAFT)
         return Prepared(error=read_error(exc))
     except Exception as exc:  # remote filesystems raise their own types
         return Prepared(error=f"cannot read: {type(exc).__name__}: {exc}")
-    return prepare_for_siglip(data, draft, mtime_ns)
+    res = prepare_for_siglip(data, draft, mtime_ns)
+    if not res.error:  # the photos table's EXIF, from the bytes already read (as `wherein index`)
+        res.photo = photo_meta_from_bytes(data)
+    return res
