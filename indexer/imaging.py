@@ -114,7 +114,8 @@ def decode(
             w, h = h, w
         img.seek(0)  # first frame of GIF/WebP/TIFF stacks
         img.load()
-        img = ImageOps.exif_transpose(img)
+        # In place: a copy would double the memory of a photo that needs no turning.
+        ImageOps.exif_transpose(img, in_place=True)
         return to_rgb(img), (w, h)
     except DecodeError:
         raise
