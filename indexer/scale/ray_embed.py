@@ -152,5 +152,10 @@ def _collect(ds, writer, progress) -> None:
 
 
 def _plain(value: object) -> object:
-    """A numpy scalar from a Ray batch as the Python value the shard column takes."""
-    return value.item() if isinstance(value, np.generic) else value
+    """A photo field from a Ray batch as the Python value the shard column takes: Arrow
+    hands a null back as NaN in a numpy batch, and an int of a column with nulls as a float."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    return value

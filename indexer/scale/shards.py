@@ -288,7 +288,10 @@ class ShardWriter:
             pa.array(vecs.reshape(-1), pa.float32()), dim
         )
         for name in PHOTO_FIELDS:
-            cols[name] = [(r.get("photo") or {}).get(name) for r in good]
+            values = [(r.get("photo") or {}).get(name) for r in good]
+            if name == "orientation":  # a Ray batch brings a column with nulls as floats
+                values = [None if v is None else int(v) for v in values]
+            cols[name] = values
         table = pa.table(cols, schema=shard_schema(dim))
         errors = pa.table(
             {
