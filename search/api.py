@@ -308,6 +308,11 @@ class Searcher:
         with self._lock:
             self.store.ensure_vectors(persist=False)  # cheap when current; catches up after a crash
             empty = self.store.vectors.ntotal == 0  # not count(*): that scans the vector blobs
+            if self.store.vectors.damaged:
+                self.last_warnings = [
+                    f"{self.store.dir}: {self.store.vectors.damaged}; searched vectors rebuilt "
+                    "from the catalog in memory (`wherein status --check` repairs the file)"
+                ]
         if empty:
             q.validate()
             self.last_timings = {
@@ -324,7 +329,7 @@ class Searcher:
         with self._lock:
             allowed = self._filter_ids(under, glob)
             if allowed is not None and not len(allowed):
-                self.last_warnings = self._empty_folders(under)
+                self.last_warnings = self.last_warnings + self._empty_folders(under)
             if photo is not None:
                 allowed = photo.ids(self.store.catalog, allowed)
             ids = self._candidates(qv, k, min_probability, min_score, allowed)
