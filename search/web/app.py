@@ -30,8 +30,8 @@ import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -135,6 +135,18 @@ class WebState:
         if row is None:
             raise NotFound(f"image {image_id}: not in this index")
         return IndexedFile.from_row(row)
+
+    @contextmanager
+    def serving(self, f: IndexedFile) -> Iterator[None]:
+        """Around serving one image's derivatives: when its file turns out gone, drop what
+        the caches keep of it (thumbnail, preview, masks) and answer 404."""
+        try:
+            yield
+        except NotFound:
+            self.thumbs.forget(f.id)
+            self.previews.forget(f.id)
+            self.masks.forget(f)
+            raise
 
     def folders(self) -> list[dict]:
         with self.db_lock:
@@ -500,12 +512,14 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
     @app.get("/api/thumb/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
     def thumb(image_id: ImageId) -> Response:
         f = state.indexed(image_id)
-        return _image_response(state, lambda: state.thumbs.get(f))
+        with state.serving(f):
+            return _image_response(state, lambda: state.thumbs.get(f))
 
     @app.get("/api/image/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
     def image(image_id: ImageId) -> Response:
         f = state.indexed(image_id)
-        return _image_response(state, lambda: state.previews.get(f))
+        with state.serving(f):
+            return _image_response(state, lambda: state.previews.get(f))
 
     @app.get(
         "/api/mask/{image_id}",
@@ -514,7 +528,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
     def mask(image_id: ImageId, prompt: Annotated[str, Query(max_length=1000)]) -> JSONResponse:
         f = state.indexed(image_id)
         p = clean_prompt(prompt)
-        entry = state.masks.get(f, p)
+        with state.serving(f):
+            entry = state.masks.get(f, p)
         qs = f"?prompt={quote(p)}&v={f.sha256[:16]}"
         return JSONResponse(
             {
@@ -547,7 +562,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
             entry = state.masks.get(f, p)
             return entry.files[kind], bool(entry.summary.get("cached"))
 
-        return _image_response(state, make, KINDS[kind][1])
+        with state.serving(f):
+            return _image_response(state, make, KINDS[kind][1])
 
     @app.get("/api/folders")
     def folders() -> JSONResponse:

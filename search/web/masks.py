@@ -13,6 +13,9 @@ the masks of its first hits are made in the background (``prefetch``), behind
 any mask a user asks for, so that opening a hit usually finds its mask ready. The overlay is
 a preview (long side <= masking.PREVIEW_MAX_SIDE); the mask PNG is at the
 image's size and made when it is first asked for (the page shows the overlay). The prompt only reaches file names as a slug plus a hash.
+Nothing kept (mask, overlay, vision pass) is used once the photo is no longer the
+indexed content (files.check_current, one stat per request); ``forget`` drops an
+image's entries.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,7 +36,7 @@ from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE
 from wherein.search.localize.vision_cache import Seen, VisionCache
 from wherein.search.localize.vision_store import VisionStore
-from wherein.search.web.files import FileChanged, IndexedFile, read_verified
+from wherein.search.web.files import FileChanged, IndexedFile, check_current, read_verified
 from wherein.search.web.runner import LATER, NOW, PriorityRunner
 from wherein.search.web.thumbs import _write_atomic
 
@@ -107,6 +111,8 @@ class MaskService:
     def get(self, f: IndexedFile, prompt: str) -> MaskEntry:
         prompt = clean_prompt(prompt)
         pkey = prompt_key(prompt)
+        # Before any kept mask or vision pass is used: a deleted or replaced photo has none.
+        check_current(f)
         entry = self._cached(f, pkey)
         if entry is not None:
             return entry
@@ -147,6 +153,7 @@ class MaskService:
         def guess(resolve: Callable[[], IndexedFile]) -> None:
             try:
                 f = resolve()
+                check_current(f)
                 if self._cached(f, pkey) is None:
                     self._compute(f, prompt, pkey)
                     self.prefetched += 1
@@ -160,6 +167,24 @@ class MaskService:
     @property
     def prefetch_queued(self) -> int:
         return self._runner.pending(LATER)
+
+    def forget(self, f: IndexedFile) -> None:
+        """Drop what is kept of one image (its photo is gone): masks in memory and on disk,
+        its vision pass in memory. The vision pass on disk stays: it is keyed by content
+        and read only with the photo's bytes in hand, so it serves a moved copy at most."""
+        prefix = f"{f.id}-"
+        with self._lock:
+            for kept in (self._memory, self._results):
+                for key in [k for k in kept if k.startswith(prefix)]:
+                    del kept[key]
+        self._seen.drop(f.key)
+        if self.dir is not None:
+            try:
+                folders = list(self.dir.glob(f"{prefix}*"))
+            except OSError:
+                folders = []
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def close(self) -> None:
         self._runner.close()

@@ -3,7 +3,8 @@
 INDEX/cache/thumbs/<id>-<sha256[:16]>.jpg: keyed by the indexed content, so a
 file that changes and is re-indexed gets a new entry (old ones are just unused).
 Entries are written to a temporary name and renamed, so a reader never sees a
-half-written JPEG. When the index folder is read-only, images are made per
+half-written JPEG. A kept entry is served only while the photo is still the indexed
+content (files.check_current: one stat); ``forget`` drops an image's entries. When the index folder is read-only, images are made per
 request and not kept.
 """
 
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 import io
 import threading
+from contextlib import suppress
 from pathlib import Path
 
 from PIL import Image
 
 from wherein.indexer.imaging import DecodeError, decode
 from wherein.indexer.store.atomic import write_atomic
-from wherein.search.web.files import FileChanged, IndexedFile, read_verified
+from wherein.search.web.files import FileChanged, IndexedFile, check_current, read_verified
 
 
 class ResizedCache:
@@ -35,9 +37,11 @@ class ResizedCache:
         """(cached file, True) or (made now: the file, or bytes when it cannot be kept; False)."""
         path = self.path_for(f)
         if path is not None and path.is_file():
+            check_current(f)  # never the thumbnail of a photo deleted or replaced since
             return path, True
         with self._lock_for(f.key):  # two requests for one new thumbnail make it once
             if path is not None and path.is_file():
+                check_current(f)
                 return path, True
             data = self.render(read_verified(f))
             if path is None:
@@ -48,6 +52,15 @@ class ResizedCache:
                 self.dir = None  # read-only index: stop trying, serve from memory
                 return data, False
             return path, False
+
+    def forget(self, image_id: int) -> None:
+        """Drop every kept entry of one catalog id (any content it was indexed with)."""
+        if self.dir is None:
+            return
+        with suppress(OSError):
+            for path in self.dir.glob(f"{image_id}-*.jpg"):
+                with suppress(FileNotFoundError):
+                    path.unlink()
 
     def render(self, data: bytes) -> bytes:
         try:
