@@ -66,11 +66,49 @@ def test_foreign_host_is_a_json_400(app_client):
         ("[::1]", "[::1]"),
         ("127.0.0.1", "127.0.0.1"),
         ("Evil.Example", "evil.example"),
-        ("", ""),
+        ("photos.local:65535", "photos.local"),
     ],
 )
 def test_host_name(header, host):
     assert host_name(header) == host
+
+
+HOSTILE_HOSTS = [
+    "127.0.0.1:80@evil.com",  # user-info trick: a lax split would read 127.0.0.1
+    '"127.0.0.1 "',
+    "127.0.0.1 ",
+    " localhost",
+    "localhost:8765:80",
+    "localhost:",
+    "localhost:80x",
+    "localhost:99999",
+    "localhost:+80",
+    "localhost/evil",
+    "localhost\\evil",
+    "evil.com#.localhost",
+    "[::1]evil",
+    "[::1]:80@evil.com",
+    "[::1",
+    "[fe80::1%25eth0]",
+    "[localhost]",
+    "-localhost",
+    "local_host",
+    "",
+]
+
+
+@pytest.mark.parametrize("header", HOSTILE_HOSTS)
+def test_host_name_refuses_anything_but_host_and_port(header):
+    assert host_name(header) is None
+
+
+def test_hostile_host_headers_are_refused(app_client):
+    index, models = app_client
+    with TestClient(create_app(index, models), base_url=BASE) as client:
+        for header in HOSTILE_HOSTS:
+            r = client.get("/api/status", headers={"host": header})
+            assert r.status_code == 400, header
+            assert r.json()["status"] == 400
 
 
 # -- the cache janitor ------------------------------------------------------------------------

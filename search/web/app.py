@@ -25,9 +25,11 @@ while the app runs show up in the next search, without a restart.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import logging
 import os
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -236,12 +238,35 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message, "status": status}, status_code=status)
 
 
-def host_name(header: str) -> str:
-    """The host part of a Host header: 'localhost:8765' -> 'localhost', '[::1]:8765' -> '[::1]'."""
-    header = header.strip().lower()
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")  # also matches an IPv4 literal
+_PORT = re.compile(r"[0-9]{1,5}")
+_IPV6 = re.compile(r"[0-9a-f:.]+")  # no zone id ("%eth0"): never a loopback name
+
+
+def host_name(header: str) -> str | None:
+    """The host of a Host header, lower-cased: 'localhost:8765' -> 'localhost',
+    '[::1]:8765' -> '[::1]'; None unless the header is exactly a host name or IP literal
+    and an optional port of digits (no spaces, quotes, user info, paths or second ports).
+    """
+    header = header.lower()
     if header.startswith("["):
-        return header[: header.find("]") + 1] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+        end = header.find("]")
+        host, rest = header[: end + 1], header[end + 1 :]
+        if end < 0 or not _IPV6.fullmatch(host[1:-1]):
+            return None
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return None
+    else:
+        host, colon, port = header.partition(":")
+        rest = colon + port
+        if len(host) > 253 or not _HOSTNAME.fullmatch(host):
+            return None
+    if rest and not (rest[0] == ":" and _PORT.fullmatch(rest[1:]) and int(rest[1:]) <= 65535):
+        return None
+    return host
 
 
 class TrustedHosts:
@@ -261,13 +286,14 @@ class TrustedHosts:
         if self.any or scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        host = host_name(Headers(scope=scope).get("host", ""))
-        if host in self.allowed:
+        header = Headers(scope=scope).get("host", "")
+        host = host_name(header)
+        if host is not None and host in self.allowed:
             await self.app(scope, receive, send)
             return
         response = _error(
             400,
-            f"host {host[:80]!r} is not served here: open the address `wherein serve` printed "
+            f"host {header[:80]!r} is not served here: open the address `wherein serve` printed "
             "(it answers loopback names only unless started with --host)",
         )
         await response(scope, receive, send)
