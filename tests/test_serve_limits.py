@@ -14,10 +14,12 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
+from wherein.schemas.errors import IndexError_
 from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes
 from wherein.search.cli import cli
 from wherein.search.web import schemas
 from wherein.search.web.app import create_app, host_name
+from wherein.search.web.masks import MaskService
 
 from conftest import draw_shape
 
@@ -32,18 +34,21 @@ def test_web_app_is_part_of_the_base_install():
 
 
 # -- Host header ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def app_client(standin_models, tmp_path_factory):
-    root = tmp_path_factory.mktemp("limits")
+def build(root: Path, models: Path) -> Path:
     for i, colour in enumerate(["red", "blue", "green", "yellow", "red", "blue"]):
         draw_shape(root / "photos" / f"{i}-{colour}.png", colour, size=(640 + 8 * i, 480))
     r = CliRunner().invoke(
         cli,
         ["index", str(root / "photos"), "--index", str(root / "index")]
-        + ["--models", str(standin_models), "-q"],
+        + ["--models", str(models), "-q"],
     )
     assert r.exit_code == 0, r.output
-    return root / "index", standin_models
+    return root / "index"
+
+
+@pytest.fixture(scope="module")
+def app_client(standin_models, tmp_path_factory):
+    return build(tmp_path_factory.mktemp("limits"), standin_models), standin_models
 
 
 def test_foreign_host_is_a_json_400(app_client):
@@ -210,3 +215,52 @@ def test_tiny_cache_under_concurrent_clients_never_fails(app_client):
         biggest = max(len(client.get(u).content) for u in urls)
         cache.prune()
         assert client.get("/api/status").json()["cache"]["bytes"] <= limit + biggest
+
+
+# -- shutdown ----------------------------------------------------------------------------------
+def test_shutdown_waits_for_a_running_mask_guess(standin_models, tmp_path, monkeypatch):
+    """A guess runs on the mask worker (reading catalog rows) when the app shuts down: the
+    worker finishes it before the catalog closes, the queued guesses are cancelled, and a
+    read after close is a clean error, not a closed connection (once, a segfault)."""
+    from wherein.indexer.models.clipseg import load_cached
+
+    index = build(tmp_path, standin_models)
+    app = create_app(index, standin_models, prefetch_masks=3)
+    state = app.state.wherein
+    real = load_cached(standin_models, None)
+    started, closing = threading.Event(), threading.Event()
+
+    class SlowUntilShutdown:
+        """The real model, whose vision pass lasts until the app starts closing."""
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def image_features(self, img):
+            started.set()
+            closing.wait(60)
+            return real.image_features(img)
+
+    slow = SlowUntilShutdown()
+    monkeypatch.setattr(MaskService, "model", property(lambda self: slow))
+    close_masks, close_catalog = state.masks.close, state.catalog.close
+    at_catalog_close: dict[str, object] = {}
+
+    def masks_close() -> None:
+        closing.set()
+        close_masks()
+
+    def catalog_close() -> None:
+        at_catalog_close["worker_alive"] = state.masks._runner._thread.is_alive()
+        at_catalog_close["prefetched"] = state.masks.prefetched
+        close_catalog()
+
+    monkeypatch.setattr(state.masks, "close", masks_close)
+    monkeypatch.setattr(state.catalog, "close", catalog_close)
+    with TestClient(app, base_url=BASE) as client:
+        assert client.get("/api/search", params={"q": "red"}).status_code == 200
+        assert started.wait(60)  # a guess is inside the vision pass
+    assert at_catalog_close == {"worker_alive": False, "prefetched": 1}
+    assert state.masks.prefetch_queued == 0  # the other two were cancelled
+    with pytest.raises(IndexError_, match="shutting down"):
+        state.indexed(1)

@@ -109,6 +109,7 @@ class WebState:
         self.index_dir = self.searcher.store.dir
         self.catalog = self.searcher.store.reader()
         self.db_lock = threading.Lock()
+        self._closed = False
         self.cache_dir = self.index_dir / "cache"
         writable = usable_cache(self.cache_dir)
         self.thumbs = ResizedCache(self.cache_dir / "thumbs" if writable else None, THUMB_SIDE)
@@ -127,12 +128,18 @@ class WebState:
         self._folders: tuple[tuple, list[dict]] | None = None
 
     def close(self) -> None:
+        # The mask worker reads catalog rows (its guesses resolve hits): it stops first, and
+        # the catalog closes under the lock its readers take, never under a read.
         self.masks.close()
-        self.catalog.close()
+        with self.db_lock:
+            self._closed = True
+            self.catalog.close()
         self.searcher.close()
 
     def indexed(self, image_id: int) -> IndexedFile:
         with self.db_lock:
+            if self._closed:
+                raise IndexError_("the web app is shutting down")
             row = self.catalog.rows_by_ids([image_id]).get(image_id)
         if row is None:
             raise NotFound(f"image {image_id}: not in this index")
@@ -152,6 +159,8 @@ class WebState:
 
     def folders(self) -> list[dict]:
         with self.db_lock:
+            if self._closed:
+                raise IndexError_("the web app is shutting down")
             stamp = (
                 self.catalog.generation,
                 self.catalog.count_images(),
