@@ -96,6 +96,8 @@ def test_search_open_a_hit_and_see_its_mask(server, tmp_path):
                 "#grid .card .prob", "els => els.map(e => e.textContent)"
             )
             assert probs[0].endswith("%") and float(probs[0].rstrip(" %")) > 50
+            # Six hits fit one page: no pager (a `display: flex` once overrode `hidden`).
+            assert page.is_hidden("#pager")
             page.wait_for_function(
                 "[...document.querySelectorAll('#grid .card img')].every(i => i.complete && i.naturalWidth > 0)"
             )
