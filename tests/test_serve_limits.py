@@ -264,3 +264,44 @@ def test_shutdown_waits_for_a_running_mask_guess(standin_models, tmp_path, monke
     assert state.masks.prefetch_queued == 0  # the other two were cancelled
     with pytest.raises(IndexError_, match="shutting down"):
         state.indexed(1)
+
+
+# -- memory under many clients ---------------------------------------------------------------------
+def test_photos_are_decoded_and_searches_run_on_a_few_threads(
+    standin_models, tmp_path, monkeypatch
+):
+    """However many clients ask at once, the heavy work (decoding a photo for a thumbnail or
+    preview, a search) runs on the app's few work threads, not on each request's: malloc
+    keeps a busy thread's freed memory, and a search starts OpenMP threads per caller, so
+    the server's memory grew with its clients (991 -> 1714 MB at 32)."""
+    from wherein.search.web.app import WORK_THREADS
+    from wherein.search.web.thumbs import ResizedCache
+
+    index = build(tmp_path, standin_models)
+    decoders: set[str] = set()
+    searchers: set[str] = set()
+    real_render = ResizedCache.render
+
+    def render(self, data):
+        decoders.add(threading.current_thread().name)
+        return real_render(self, data)
+
+    monkeypatch.setattr(ResizedCache, "render", render)
+    app = create_app(index, standin_models, prefetch_masks=0)
+    real_search = app.state.wherein.searcher.search
+
+    def search(*args, **kwargs):
+        searchers.add(threading.current_thread().name)
+        return real_search(*args, **kwargs)
+
+    monkeypatch.setattr(app.state.wherein.searcher, "search", search)
+    with TestClient(app, base_url=BASE) as client:
+        ids = [h["id"] for h in client.get("/api/search", params={"q": "red"}).json()["hits"]]
+        urls = [f"/api/{kind}/{i}" for i in ids for kind in ("thumb", "image")]
+        urls += [f"/api/search?q={c}" for c in ["red", "blue", "green", "yellow"] * 4]
+        with ThreadPoolExecutor(16) as pool:
+            statuses = list(pool.map(lambda u: client.get(u).status_code, urls))
+    assert statuses == [200] * len(urls)
+    assert len(decoders) <= WORK_THREADS and len(searchers) <= WORK_THREADS
+    assert all(n.startswith("wherein-decode") for n in decoders), decoders
+    assert all(n.startswith("wherein-search") for n in searchers), searchers

@@ -33,6 +33,7 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -66,6 +67,11 @@ MAX_PER_PAGE = 200
 PAGE_BLOCK = 200
 MAX_RESULTS = 10_000  # page * per_page: deeper than anyone scrolls
 MAX_ID = 2**62  # SQLite integers are 64-bit: larger values would overflow, not miss
+# Threads for the heavy work (decoding a photo for a thumbnail or preview; a search, whose
+# query encoding allocates tensors and starts a team of OpenMP threads per calling thread):
+# more than the cores only adds memory, since each holds its image or tensors and malloc
+# keeps freed heap per thread. Requests hand the work to these few and wait.
+WORK_THREADS = max(2, min(4, os.cpu_count() or 2))
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 # The page needs nothing from elsewhere; /docs loads Swagger UI from a CDN, so it is exempt.
 CSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'"
@@ -112,9 +118,13 @@ class WebState:
         self._closed = False
         self.cache_dir = self.index_dir / "cache"
         writable = usable_cache(self.cache_dir)
-        self.thumbs = ResizedCache(self.cache_dir / "thumbs" if writable else None, THUMB_SIDE)
+        self.decoding = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-decode")
+        self.searching = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-search")
+        self.thumbs = ResizedCache(
+            self.cache_dir / "thumbs" if writable else None, THUMB_SIDE, pool=self.decoding
+        )
         self.previews = ResizedCache(
-            self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85
+            self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85, pool=self.decoding
         )
         self.janitor = CacheJanitor(
             self.cache_dir, cache_bytes if cache_bytes is not None else cache_limit_bytes()
@@ -131,6 +141,8 @@ class WebState:
         # The mask worker reads catalog rows (its guesses resolve hits): it stops first, and
         # the catalog closes under the lock its readers take, never under a read.
         self.masks.close()
+        self.decoding.shutdown(cancel_futures=True)
+        self.searching.shutdown(cancel_futures=True)
         with self.db_lock:
             self._closed = True
             self.catalog.close()
@@ -491,16 +503,22 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
             if min_probability is not None
             else min(-(-(end + 1) // PAGE_BLOCK) * PAGE_BLOCK, MAX_RESULTS + 1)
         )
-        hits = state.searcher.search(
-            query,
-            k=k,
-            min_probability=min_probability,
-            under=under,
-            sort=sort,
-            taken=taken,
-            camera=camera,
-            near=near,
-        )
+
+        def run() -> tuple[list, dict, list]:
+            hits = state.searcher.search(
+                query,
+                k=k,
+                min_probability=min_probability,
+                under=under,
+                sort=sort,
+                taken=taken,
+                camera=camera,
+                near=near,
+            )
+            timings = {k: round(v, 2) for k, v in state.searcher.last_timings.items()}
+            return hits, timings, list(state.searcher.last_warnings)
+
+        hits, timings, warnings = state.searching.submit(run).result()
         total = len(hits) if min_probability is not None else None
         chunk = hits[end - per_page : end]
         prompt = next((t.value for t in query.text_terms if t.weight > 0), None)
@@ -516,8 +534,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
                 "has_more": len(hits) > end,
                 "total": total,
                 "hits": [{**h.to_dict(), **_urls(h.id, h.sha256)} for h in chunk],
-                "timings": {k: round(v, 2) for k, v in state.searcher.last_timings.items()},
-                "warnings": list(state.searcher.last_warnings),
+                "timings": timings,
+                "warnings": warnings,
                 "standin": state.searcher.models.is_standin,
             }
         )

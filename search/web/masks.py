@@ -44,6 +44,7 @@ MAX_PROMPT_CHARS = 200
 FEATURE_CACHE = 8  # images whose vision pass is kept: ~4.5 MB of t3/t6/t9 + a preview each
 MEMORY_CACHE = 32  # results kept in memory when the index folder is read-only
 RECENT_RESULTS = 16  # masks (352 maps, ~0.5 MB each) whose photo-size PNG can still be made cheaply
+IMAGE_LOCK_STRIPES = 64
 KINDS = {"overlay": ("overlay.jpg", "image/jpeg"), "mask": ("mask.png", "image/png")}
 
 
@@ -94,7 +95,8 @@ class MaskService:
         self._memory: OrderedDict[str, MaskEntry] = OrderedDict()
         self._results: OrderedDict[str, Any] = OrderedDict()  # key -> MaskResult, recent ones
         self._lock = threading.Lock()
-        self._image_locks: dict[str, threading.Lock] = {}
+        # Striped by hash: a lock per image ever masked would grow with the index.
+        self._image_locks = [threading.Lock() for _ in range(IMAGE_LOCK_STRIPES)]
         self._runner = PriorityRunner("wherein-masks")
         self.prefetched = 0  # masks made ahead of being asked for
 
@@ -299,5 +301,4 @@ class MaskService:
         return self._seen.get(f.key, compute)
 
     def _image_lock(self, key: str) -> threading.Lock:
-        with self._lock:
-            return self._image_locks.setdefault(key, threading.Lock())
+        return self._image_locks[hash(key) % IMAGE_LOCK_STRIPES]

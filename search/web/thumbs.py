@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import threading
+from concurrent.futures import Executor
 from contextlib import suppress
 from pathlib import Path
 
@@ -21,14 +22,25 @@ from wherein.indexer.imaging import DecodeError, decode
 from wherein.indexer.store.atomic import write_atomic
 from wherein.search.web.files import FileChanged, IndexedFile, check_current, read_verified
 
+LOCK_STRIPES = 64  # per-entry locks, shared by hash: a lock per image ever asked would grow
+
 
 class ResizedCache:
-    def __init__(self, directory: Path | None, max_side: int, quality: int = 82) -> None:
+    def __init__(
+        self,
+        directory: Path | None,
+        max_side: int,
+        quality: int = 82,
+        pool: Executor | None = None,
+    ) -> None:
+        """pool: the few threads that read and decode photos (a 12-MP photo is ~36 MB
+        decoded: 32 request threads at once would hold a gigabyte, and malloc keeps freed
+        heap per thread); shared by the thumbnail and preview caches. None: the caller's."""
         self.dir = directory
         self.max_side = max_side
         self.quality = quality
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self.pool = pool
+        self._locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
 
     def path_for(self, f: IndexedFile) -> Path | None:
         return self.dir / f"{f.key}.jpg" if self.dir is not None else None
@@ -43,7 +55,10 @@ class ResizedCache:
             if path is not None and path.is_file():
                 check_current(f)
                 return path, True
-            data = self.render(read_verified(f))
+            if self.pool is None:
+                data = self.render(read_verified(f))
+            else:
+                data = self.pool.submit(lambda: self.render(read_verified(f))).result()
             if path is None:
                 return data, False
             try:
@@ -73,8 +88,7 @@ class ResizedCache:
         return buf.getvalue()
 
     def _lock_for(self, key: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(key, threading.Lock())
+        return self._locks[hash(key) % LOCK_STRIPES]
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
