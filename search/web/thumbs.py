@@ -4,8 +4,8 @@ INDEX/cache/thumbs/<id>-<sha256[:16]>.jpg: keyed by the indexed content, so a
 file that changes and is re-indexed gets a new entry (old ones are just unused).
 Entries are written to a temporary name and renamed, so a reader never sees a
 half-written JPEG. A kept entry is served only while the photo is still the indexed
-content (files.check_current: one stat); ``forget`` drops an image's entries. When the index folder is read-only, images are made per
-request and not kept.
+content (files.check_current: one stat); ``forget`` drops an image's entries. When the
+index folder is read-only, images are made per request and not kept.
 """
 
 from __future__ import annotations
