@@ -324,6 +324,24 @@ def test_a_replaced_photo_never_serves_its_old_derivatives(own, same_size_and_ti
         assert_error(own.client.get(url), 409, "changed" if not same_size_and_time else "differs")
 
 
+def test_a_restarted_server_checks_the_content_of_what_an_earlier_one_cached(own, monkeypatch):
+    from collections import OrderedDict
+
+    from wherein.search.web import files
+
+    green = own.ids["green.bmp"]
+    path = own.photos / "green.bmp"
+    assert own.client.get(f"/api/thumb/{green}").status_code == 200
+    assert own.client.get(f"/api/thumb/{green}").headers["x-wherein-cache"] == "hit"
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    monkeypatch.setattr(files, "_verified", OrderedDict())  # a new process has seen no file
+    assert_error(own.get(f"/api/thumb/{green}"), 409, "differs")
+
+
 def test_a_cached_photo_that_is_unchanged_still_serves_from_the_cache(own):
     # Re-saved under a new inode with the same bytes and times (a copy back, a restore):
     # its content hashes as indexed, so the cache still serves it.
