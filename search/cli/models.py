@@ -2,7 +2,7 @@
 
 `models optimize` lives in optimize.py; pull and check print its semantic self-test.
 
-convert and verify need the [convert] extra (litert-torch, torch); pull and check do not.
+convert, verify and optimize use litert-torch and ai-edge-quantizer (base dependencies).
 """
 
 from __future__ import annotations
@@ -12,13 +12,7 @@ from pathlib import Path
 
 import click
 
-from wherein.search.cli.options import (
-    echo_json,
-    friendly_errors,
-    index_option,
-    json_option,
-    models_option,
-)
+from wherein.search.cli.options import echo_json, friendly_errors, json_option, models_option
 
 
 @click.group()
@@ -41,13 +35,10 @@ def register(cli: click.Group) -> None:
     is_flag=True,
     help="Keep the published graphs (skip building and verifying the faster ones).",
 )
-@click.option(
-    "--optimize", "_optimize", is_flag=True, hidden=True
-)  # the default now; kept for scripts
-@index_option
-@json_option
+# The default now; the flag is kept for scripts that pass it.
+@click.option("--optimize", "_optimize", is_flag=True, hidden=True)
 @friendly_errors
-def pull(models_dir, only, no_optimize, _optimize, index_dir, fmt):
+def pull(models_dir, only, no_optimize, _optimize):
     """Download the real models from the Hugging Face Hub (resumable), then switch to the
     fastest set-up verified here: int8 graphs where this CPU runs them faster, a 16-position
     CLIPSeg text graph and a LiteRT text tower (searches start without torch)."""
@@ -56,27 +47,25 @@ def pull(models_dir, only, no_optimize, _optimize, index_dir, fmt):
     from wherein.search.cli.optimize import finish, self_test_report
 
     root = P.models_dir(models_dir)
-    log = (lambda s: click.echo(s, err=True)) if fmt == "json" else click.echo
-    _, report = setup_models(root, list(only) or None, P.index_dir(index_dir), not no_optimize, log)
+    # The index (WHEREIN_INDEX or the default) only chooses the verification photos: the
+    # user's indexed ones when there are any, else the bundled sample.
+    keys = list(only) or None
+    _, report = setup_models(root, keys, P.index_dir(None), not no_optimize, click.echo)
     if report is not None:  # optimize's report ends with the self-test
-        finish(report, fmt, no_self_test=bool(only))
-        if fmt != "json":
-            click.echo(
-                "\nNext: `wherein index ~/Pictures`. A graph verified on the bundled sample "
-                "photos (an empty index) is verified again on yours by that first run."
-            )
-        return
-    if fmt == "json":
-        echo_json({"models": str(root), "optimized": None})
-    elif not only and not self_test_report(root)["ok"]:
-        sys.exit(1)
-    if fmt != "json":
+        finish(report, "table", no_self_test=bool(only))
         click.echo(
-            "\nNext: `wherein models optimize` builds int8 image and CLIPSeg vision graphs (kept "
-            "only where this CPU runs them faster: about 3x with int8 dot-product instructions), "
-            "a 16-position CLIPSeg text graph (a new mask prompt about 3x faster) and a LiteRT "
-            "text tower (a search starts in 0.4 s instead of 10), each verified before use."
+            "\nNext: `wherein index ~/Pictures`. A graph verified on the bundled sample "
+            "photos (an empty index) is verified again on yours by that first run."
         )
+        return
+    if not only and not self_test_report(root)["ok"]:
+        sys.exit(1)
+    click.echo(
+        "\nNext: `wherein models optimize` builds int8 image and CLIPSeg vision graphs (kept "
+        "only where this CPU runs them faster: about 3x with int8 dot-product instructions), "
+        "a 16-position CLIPSeg text graph (a new mask prompt about 3x faster) and a LiteRT "
+        "text tower (a search starts in 0.4 s instead of 10), each verified before use."
+    )
 
 
 # -- check ---------------------------------------------------------------------

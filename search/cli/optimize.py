@@ -89,7 +89,7 @@ def optimize(models_dir, index_dir, only, force, yes, count, min_speedup, no_sel
                    switching it makes the next `wherein index` re-embed every image
     clipseg        the same for CLIPSeg's vision graph (masks), and its text graph at
                    16 token positions instead of 77 (exact; a new prompt costs less)
-    siglip2-text   LiteRT text tower: searches start without torch ([convert] extra)
+    siglip2-text   LiteRT text tower: searches start without torch
 
     Re-runnable: graphs that are current are left alone (--force rebuilds them).
     """

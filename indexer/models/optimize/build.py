@@ -12,7 +12,7 @@
   transformer is causal): a new prompt of up to 14 tokens costs a fraction of the
   77-position run. Its record sits beside the vision one in clipseg/manifest.json.
 - SigLIP 2 text tower: `models convert siglip2-text` (LiteRT, no torch at query
-  time) when the [convert] extra is installed.
+  time); litert-torch is a base dependency (it was the [convert] extra).
 
 A candidate is compared with its own full-precision source on the user's
 indexed photos (or the bundled sample) and is used only when it meets the pass
