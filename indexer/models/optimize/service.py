@@ -170,17 +170,22 @@ def reverify_image(md: ModelDir, roots: Sequence[str | Path], count: int = 32) -
     manifest = O.read_manifest(md.image_dir / IMAGE_MANIFEST) or {}
     record = dict(manifest["optimize"])
     source, candidate = md.image_dir / record["from"], md.image_dir / manifest["file"]
+    if not (source.is_file() and candidate.is_file()):
+        return None  # loading the tower says what is missing; nothing to compare here
     figures = image_tower_figures(LiteRTGraph(source), LiteRTGraph(candidate), sample.images)
     worst = min(f["pearson"] for f in figures["signatures"].values())
     record.pop(REVERIFY)
     record.update(bundled_figures=record["figures"], figures=figures, verified_on=sample.origin)
-    if not figures["failed"]:
-        O.write_image_record(md, manifest, record)
-        return (
-            f"verified the int8 image tower again on {sample.origin} "
-            f"(correlation {worst:.4f}): kept"
-        )
-    O.revert_image(md, manifest, {**record, "passed": False})
+    try:
+        if not figures["failed"]:
+            O.write_image_record(md, manifest, record)
+            return (
+                f"verified the int8 image tower again on {sample.origin} "
+                f"(correlation {worst:.4f}): kept"
+            )
+        O.revert_image(md, manifest, {**record, "passed": False})
+    except OSError as exc:  # a read-only models folder: say so, index with what is there
+        return f"re-verifying the int8 image tower: could not update {md.image_dir} ({exc})"
     return (
         f"the int8 image tower failed on {sample.origin} ({'; '.join(figures['failed'])}): "
         f"switched back to {source.name}"
