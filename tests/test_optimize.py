@@ -279,7 +279,7 @@ def test_text_tower_without_the_convert_extra_says_what_it_gains(standin_models,
     monkeypatch.setattr(O, "text_converter_available", lambda: False)
     out = O.optimize_text(ModelDir(standin_models), log=lambda s: None)
     assert out.status == "unavailable"
-    assert "wherein[convert]" in out.message and "9.96 s" in out.message
+    assert "pip install 'litert-torch" in out.message and "9.96 s" in out.message
     assert "bench/results/convert.md" in out.message
 
 

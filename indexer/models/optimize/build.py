@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wherein.indexer.models.convert.build import tool_versions
+from wherein.indexer.models.convert.build import INSTALL_CONVERTERS, tool_versions
 from wherein.indexer.models.image_tower import file_digest
 from wherein.indexer.models.modeldir import IMAGE_MANIFEST, REVERIFY, ModelDir
 from wherein.indexer.models.optimize.inputs import Sample
@@ -118,7 +118,8 @@ def text_converter_available() -> bool:
 def text_gain_note() -> str:
     g = TEXT_GAIN
     return (
-        "install the [convert] extra (pip install 'wherein[convert]') and re-run to get a LiteRT "
+        "litert-torch is missing from this install (a base dependency of wherein: "
+        f"{INSTALL_CONVERTERS}); re-run to get a LiteRT "
         f"text tower: a search then starts in {g['litert_cold_s']} s instead of {g['torch_cold_s']} s "
         f"and encodes a query in {g['litert_ms']} ms instead of {g['torch_ms']} ms, without torch "
         "(measured: bench/results/convert.md)"
@@ -193,7 +194,7 @@ def _candidate(key: str, source: Path, log: Callable[[str], None]) -> tuple[Path
     """Build the int8 candidate beside source: (its path, what was done), or why there is none."""
     if not quantizer_available():
         return Outcome(
-            key, "unavailable", "needs ai-edge-quantizer: pip install 'wherein[convert]'"
+            key, "unavailable", f"needs ai-edge-quantizer (a base dependency): {INSTALL_CONVERTERS}"
         )
     out = source.with_name(candidate_name(source))
     log(f"{key}: {source.name} -> {out.name}")
