@@ -94,6 +94,12 @@ def index(
 
     models = ModelDir(P.models_dir(models_dir))
     standin_banner(models, fmt)
+    if models.image_reverify_pending():  # verified on the bundled sample only: now on these photos
+        from wherein.indexer.models.optimize.service import reverify_image
+
+        line = reverify_image(models, list(paths))
+        if line:
+            click.echo(line, err=True)
     tower = load_image_embedder(models, threads)
     with IndexStore.open(
         P.index_dir(index_dir),
