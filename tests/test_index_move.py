@@ -66,7 +66,7 @@ def _search(index: Path) -> dict:
     for query in ("red", "a dog", "blue sky"):
         res = _invoke("search", query, "--index", str(index), "-k", "10")
         assert res.exit_code == 0, res.output
-        out = json.loads(res.output)
+        out = json.loads(res.stdout)
         hits = out["hits"] if isinstance(out, dict) else out
         found[query] = [(h["path"], round(h["score"], 5)) for h in hits]
     assert all(len(v) == 10 for v in found.values())
@@ -76,7 +76,7 @@ def _search(index: Path) -> dict:
 def _check(index: Path) -> None:
     res = _invoke("status", "--check", "--index", str(index))
     assert res.exit_code == 0, res.output
-    info = json.loads(res.output)
+    info = json.loads(res.stdout)
     assert info["check"]["ok"], info["check"]
     assert info["vector_index"]["kind"] == "ivf-sq8-ondisk" and info["images"] == N
     ivfdata = [n for n in info["disk_bytes"] if n.endswith(".ivfdata")]  # counted in the total

@@ -50,7 +50,7 @@ def test_odd_names_are_indexed_once_and_then_unchanged(env, tmp_path):
     exact = base64.b64encode(os.fsencode(latin1)).decode()
     readable = os.fsencode(latin1).decode("utf-8", "replace")
     hits = CliRunner().invoke(cli, ["search", "red", "--json", "-k", "3"])
-    top = json.loads(hits.output)[0]
+    top = json.loads(hits.stdout)[0]
     assert hits.exit_code == 0 and (top["path"], top["path_b64"]) == (readable, exact)
     from fastapi.testclient import TestClient
 
@@ -94,7 +94,7 @@ def test_shell_hostile_names_round_trip(env, tmp_path):
         assert paths0.exit_code == 0, paths0.output
         chunks = paths0.stdout_bytes.split(b"\0")
         assert chunks[-1] == b""
-        return {h["path"] for h in json.loads(hits.output)}, set(chunks[:-1])
+        return {h["path"] for h in json.loads(hits.stdout)}, set(chunks[:-1])
 
     assert found() == (wanted, {os.fsencode(p) for p in wanted})
 

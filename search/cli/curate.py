@@ -231,7 +231,7 @@ def select(
     with open_index(
         index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
     ) as searcher:
-        standin_banner(searcher.models, fmt)
+        standin_banner(searcher.models)
         hits = S.select(
             searcher,
             q,
@@ -380,7 +380,7 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
     names = L.parse_labels(labels)
     tmpl = L.check_template(L.RAW_TEMPLATE if raw else (template or SIGLIP_PROMPT_TEMPLATE))
     with open_index(index_dir, models_dir) as searcher:
-        standin_banner(searcher.models, fmt)
+        standin_banner(searcher.models)
         run = L.compute_labels(searcher, names, tmpl)
         stored = 0 if no_store else L.store_labels(searcher.store.catalog, run)
         hits = L.label_hits(searcher.store.catalog, run)
@@ -438,6 +438,7 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
       wherein dupes --redundant --paths0 | xargs -0 gio trash
     """
     from wherein.indexer import paths as P
+    from wherein.indexer.models.modeldir import is_standin_space
     from wherein.indexer.store.index_store import IndexStore
     from wherein.search.curate.dupes import find_duplicates
     from wherein.search.output import human_bytes
@@ -446,6 +447,15 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
     if exact and threshold is not None:
         raise click.UsageError("--threshold does not apply with --exact")
     with IndexStore.open(P.index_dir(index_dir)) as store:
+        space = store.catalog.get_meta("space")
+        standin_banner(space=space, index=store.dir)
+        if redundant and not exact and is_standin_space(space):
+            raise click.ClickException(
+                "--redundant would suggest deleting photos that only share colours: this index "
+                "was made with the stand-in models, which see nothing else (byte-identical "
+                "copies: --exact --redundant; real models: `wherein models pull`, then "
+                "`wherein index` again)"
+            )
         report = find_duplicates(store, threshold, exact_only=exact)
     hits = [h for h in report.hits if not (redundant and h.extra["keeper"])]
 
@@ -506,6 +516,7 @@ def unique(k, show_all, neighbours, fmt, export_path, export_fmt, index_dir, mod
     from wherein.search.output import table as tbl
 
     with IndexStore.open(P.index_dir(index_dir)) as store:
+        standin_banner(space=store.catalog.get_meta("space"), index=store.dir)
         hits = unique_hits(store, neighbours, None if show_all else k)
 
     def render_table(hs) -> str:

@@ -89,7 +89,7 @@ def index(
     from wherein.indexer.store.index_store import IndexStore
 
     models = ModelDir(P.models_dir(models_dir))
-    standin_banner(models, fmt)
+    standin_banner(models)
     tower = ImageTower.from_models(models, threads)
     with IndexStore.open(
         P.index_dir(index_dir),
@@ -218,6 +218,7 @@ def _watch(indexer, roots: list[str], hidden: bool, settle: float, fmt: str | No
 def status(index_dir, models_dir, check, fmt):
     """Counts, model, index type and size, skipped files; whether --models matches the index."""
     from wherein.indexer import paths as P
+    from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.store.index_store import IndexStore
     from wherein.indexer.store.status import index_status
     from wherein.schemas.errors import IndexLocked
@@ -232,7 +233,9 @@ def status(index_dir, models_dir, check, fmt):
     with store:
         report = store.check() if check else None
         info = index_status(store)
-    info["models"] = _models_against_index(P.models_dir(models_dir), info.get("model_id"))
+    models = ModelDir(P.models_dir(models_dir))
+    standin_banner(models, space=info.get("space"), index=d)
+    info["models"] = _models_against_index(models, info.get("model_id"))
     if report is not None:
         info["check"] = {"ok": report.ok, "problems": report.problems, "repaired": report.repaired}
     if fmt == "json":
@@ -272,14 +275,12 @@ def status(index_dir, models_dir, check, fmt):
         sys.exit(1)
 
 
-def _models_against_index(root: Path, index_model_id: str | None) -> dict:
+def _models_against_index(models, index_model_id: str | None) -> dict:
     """Would `wherein index` with these models keep the index's vectors? (None: cannot tell.)"""
     from wherein.indexer.models.image_tower import tower_id
-    from wherein.indexer.models.modeldir import ModelDir
     from wherein.schemas.errors import ModelError
 
-    models = ModelDir(root)
-    out: dict = {"dir": str(root), "standin": models.is_standin, "model_id": None}
+    out: dict = {"dir": str(models.root), "standin": models.is_standin, "model_id": None}
     try:
         out["model_id"] = tower_id(models.space, models.image_tower_file())
     except (ModelError, OSError) as exc:

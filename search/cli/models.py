@@ -12,7 +12,13 @@ from pathlib import Path
 
 import click
 
-from wherein.search.cli.options import echo_json, friendly_errors, json_option, models_option
+from wherein.search.cli.options import (
+    echo_json,
+    friendly_errors,
+    json_option,
+    models_option,
+    standin_banner,
+)
 
 
 @click.group()
@@ -75,10 +81,12 @@ def check(directory, models_dir, self_test, fmt):
     """Load each model and verify its input/output contract (DIRECTORY: instead of --models)."""
     from wherein.indexer import paths as P
     from wherein.indexer.models.check import check_models
+    from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.models.optimize.report import NOT_USED
     from wherein.search.output import table
 
     root = directory or P.models_dir(models_dir)
+    standin_banner(ModelDir(root))
     rows, ok = check_models(root)
     result = {"models": str(root), "ok": ok, "checks": rows}
     if fmt != "json":

@@ -182,7 +182,7 @@ def search(
     with open_index(
         index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
     ) as searcher:
-        standin_banner(searcher.models, fmt)
+        standin_banner(searcher.models)
         hits = searcher.search(
             q,
             k=k,
