@@ -83,7 +83,8 @@ def test_shell_hostile_names_round_trip(env, tmp_path):
     wanted = {str(p) for p in names}
 
     first = index_json("--", str(root))
-    assert first["embedded"] == 5 and first["skipped"] == 0, first
+    # deep.png has the same bytes as line\nbreak.png: one model run for the two
+    assert (first["embedded"], first["copied"], first["skipped"]) == (4, 1, 0), first
     second = index_json("--", str(root))
     assert second["unchanged"] == 5 and second["embedded"] == 0, second
 

@@ -115,24 +115,42 @@ def index(
     _report(stats, total, fmt)
 
 
+# How the summary line names each of RunStats.file_counts().
+_COUNT_WORDS = {
+    "embedded": "embedded",
+    "copied": "copied (vector reused)",
+    "moved": "moved",
+    "touched": "re-stamped (same bytes, new mtime)",
+    "unchanged": "unchanged",
+    "skipped": "skipped",
+    "skipped_earlier": "skipped earlier (not retried)",
+    "changed_during_read": "changed while being read (the next run indexes them)",
+}
+
+
+def _summary(stats, total: int) -> str:
+    """One line in which every file the run saw is counted once (zero counts left out)."""
+    counts = stats.file_counts()
+    parts = [f"{n} {_COUNT_WORDS[k]}" for k, n in counts.items() if n or k == "embedded"]
+    gone = f"; {stats.deleted} removed (gone from disk)" if stats.deleted else ""
+    return (
+        f"{stats.seen} files: {', '.join(parts)}{gone}; {total} images in the index "
+        f"({stats.images_per_second:.1f} images/s)"
+    )
+
+
 def _report(stats, total: int, fmt: str | None) -> None:
     result = {
         "images": total,
-        "embedded": stats.embedded,
-        "unchanged": stats.unchanged,
-        "moved": stats.moved,
-        "copied": stats.copied,
-        "touched": stats.touched,
+        "seen": stats.seen,
+        **stats.file_counts(),
         "deleted": stats.deleted,
-        "skipped": stats.skipped,
-        "skipped_earlier": stats.skipped_known,
         "invalidated": stats.invalidated,
         "seconds": round(stats.seconds, 2),
         "images_per_second": round(stats.images_per_second, 2),
         "interrupted": stats.interrupted,
         "problems": [{"path": p.path, "reason": p.reason} for p in stats.problems],
         "bad_roots": [p.path for p in stats.bad_roots],
-        "changed_during_read": stats.unsettled,
         "photo_metadata_read": stats.photos,
     }
     if fmt == "json":
@@ -140,18 +158,12 @@ def _report(stats, total: int, fmt: str | None) -> None:
     else:
         if stats.invalidated:
             click.echo(f"model changed: {stats.invalidated} old vectors dropped and re-embedded")
-        click.echo(
-            f"{total} images indexed: {stats.embedded} embedded, {stats.unchanged} unchanged, "
-            f"{stats.moved} moved, {stats.copied} duplicates, {stats.deleted} removed, "
-            f"{stats.skipped} skipped ({stats.images_per_second:.1f} images/s)"
-        )
+        click.echo(_summary(stats, total))
         for p in stats.problems:
             if not p.root:  # a root that cannot be read is the error line below
                 click.echo(f"  could not read {p.path}: {p.reason}", err=True)
         if stats.skipped:
             click.echo("  see `wherein status` for skipped files and reasons")
-        if stats.unsettled:
-            click.echo(f"  {stats.unsettled} changed while being read: the next run indexes them")
     if stats.interrupted:
         click.echo(
             "interrupted: everything committed so far is kept; run again to resume", err=True
@@ -202,8 +214,8 @@ def _watch(indexer, roots: list[str], hidden: bool, settle: float, fmt: str | No
         on_batch=on_batch,
         on_ready=on_ready,
     )
-    if interrupted is not None:
-        click.echo("interrupted: everything committed so far is kept", err=True)
+    if interrupted:  # Ctrl-C is the way a watch ends: 130, as for any interrupted command
+        click.echo("stopped watching: everything committed so far is kept", err=True)
         sys.exit(130)
     click.echo("stopped watching", err=True)
 
