@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -115,4 +116,17 @@ def test_demo_runs_on_standins_and_says_so(tmp_path, monkeypatch):
     r = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")])
     assert r.exit_code == 0, r.output
     assert "STAND-IN" in r.output
-    assert "8 images indexed" in r.output and "check      ok" in r.output
+    assert "10 files: 8 embedded, 2 skipped; 8 images in the index" in r.output
+    assert "check      ok" in r.output
+    # The export line is pasted into a shell: each assignment is a folder the demo made.
+    (export,) = [ln for ln in r.output.splitlines() if ln.lstrip().startswith("export ")]
+    words = shlex.split(export)
+    assert words[0] == "export" and [w.split("=")[0] for w in words[1:]] == [
+        "WHEREIN_INDEX",
+        "WHEREIN_MODELS",
+    ]
+    assert all(Path(w.split("=", 1)[1]).is_dir() for w in words[1:]), export
+    # Run again: the sample is rewritten with the same bytes, and the summary says so.
+    again = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")])
+    assert again.exit_code == 0, again.output
+    assert "10 files: 0 embedded, 8 re-stamped (same bytes, new mtime), 2 skipped" in again.output
