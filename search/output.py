@@ -21,6 +21,8 @@ import csv
 import io
 import json
 import os
+import re
+import textwrap
 from collections.abc import Sequence
 
 from wherein.schemas.records import HIT_CORE_FIELDS, HIT_MASK_FIELDS, Hit
@@ -129,8 +131,13 @@ def to_table(hits: Sequence[Hit]) -> str:
     return table(rows, cols)
 
 
-def table(rows: list[dict], columns: list[str]) -> str:
-    """An aligned plain-text table (numbers right-aligned); "" for no rows."""
+def table(rows: list[dict], columns: list[str], width: int | None = None) -> str:
+    """An aligned plain-text table (numbers right-aligned); "" for no rows.
+
+    width: no line longer than this where it can be done: the widest text columns are
+    narrowed and their cells wrapped onto more lines at spaces. A number, a column's
+    name and a word (a file name) are never cut.
+    """
     if not rows:
         return ""
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
@@ -138,13 +145,61 @@ def table(rows: list[dict], columns: list[str]) -> str:
     numeric = [
         all(isinstance(r.get(c), int | float) or r.get(c) is None for r in rows) for c in columns
     ]
+    if width is not None:
+        floors = [
+            widths[i] if numeric[i] else max(len(c), *(_longest_word(row[i]) for row in cells))
+            for i, c in enumerate(columns)
+        ]
+        _narrow(widths, floors, width)
 
     def line(vals):
         return "  ".join(
             v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)
         ).rstrip()
 
-    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+    out = [line(columns), line(["-" * w for w in widths])]
+    for row in cells:
+        parts = [_wrap(v, w) for v, w in zip(row, widths)]
+        for k in range(max(map(len, parts))):
+            out.append(line([p[k] if k < len(p) else "" for p in parts]))
+    return "\n".join(out)
+
+
+def _narrow(widths: list[int], floors: list[int], width: int) -> None:
+    """Narrow the widest column, one character at a time, until the row fits in width."""
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        wide = [i for i, w in enumerate(widths) if w > floors[i]]
+        if not wide:
+            return  # as narrow as it goes
+        widths[max(wide, key=lambda i: widths[i])] -= 1
+
+
+def _longest_word(text: str) -> int:
+    return max(map(len, _kept_whole(text).split()), default=0)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return [text] if len(text) <= width else wrap(text, width) or [""]
+
+
+_NBSP = "\xa0"
+
+
+def wrap(text: str, width: int, indent: str = "", hang: str = "") -> list[str]:
+    """textwrap.wrap that keeps a bracketed group whole: float32[1, 485, 768] is not split
+    (a group longer than the line is cut anyway)."""
+    lines = textwrap.wrap(
+        _kept_whole(text),
+        width,
+        initial_indent=indent,
+        subsequent_indent=hang,
+        break_on_hyphens=False,
+    )
+    return [ln.replace(_NBSP, " ") for ln in lines]
+
+
+def _kept_whole(text: str) -> str:
+    return re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", _NBSP), text)
 
 
 def _cell(v) -> str:
@@ -192,4 +247,5 @@ __all__ = [
     "to_csv",
     "to_json",
     "to_table",
+    "wrap",
 ]
