@@ -83,7 +83,6 @@ def check(directory, models_dir, self_test, fmt):
     from wherein.indexer.models.check import check_models
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.models.optimize.report import NOT_USED
-    from wherein.search.output import table
 
     root = directory or P.models_dir(models_dir)
     standin_banner(ModelDir(root))
