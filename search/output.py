@@ -35,8 +35,13 @@ _BOOL_FIELDS = {"exists"}
 _JSON_FIELDS = {"bbox", "gps"}
 
 
-def render(hits: Sequence[Hit], fmt: str) -> str:
-    """The whole output for a format, ending with a newline when not empty."""
+def render(
+    hits: Sequence[Hit], fmt: str, photo: Sequence[str] = (), near: str | None = None
+) -> str:
+    """The whole output for a format, ending with a newline when not empty.
+
+    photo, near: the table's photo columns (``photo_columns``); other formats carry
+    every field anyway."""
     if fmt == "json":
         return to_json(hits) + "\n"
     if fmt == "nl":
@@ -48,7 +53,7 @@ def render(hits: Sequence[Hit], fmt: str) -> str:
     if fmt == "paths0":
         return "".join(h.path + "\0" for h in hits)
     if fmt == "table":
-        return to_table(hits) + ("\n" if hits else "")
+        return to_table(hits, photo, near) + ("\n" if hits else "")
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -112,7 +117,57 @@ def read_csv(text: str) -> list[dict]:
     return out
 
 
-def to_table(hits: Sequence[Hit]) -> str:
+PHOTO_COLUMNS = ("date", "taken", "camera", "km")
+
+
+def photo_columns(
+    sort: str | None = None,
+    taken: object = None,
+    camera: object = None,
+    near: object = None,
+) -> list[str]:
+    """The photo columns a table shows because the search sorted or filtered by them:
+    a list sorted by date with no date in it cannot be checked by eye."""
+    shown = {
+        "date": sort == "date",
+        "taken": sort == "taken" or bool(taken),
+        "camera": bool(camera),
+        "km": bool(near),
+    }
+    return [c for c in PHOTO_COLUMNS if shown[c]]
+
+
+def _photo_cells(h: Hit, photo: Sequence[str], near) -> dict:
+    from datetime import datetime
+
+    cells: dict = {}
+    if "date" in photo:  # the file's mtime, local time: what --sort date orders by
+        t = datetime.fromtimestamp(h.mtime_ns / 1e9) if h.mtime_ns is not None else None
+        cells["date"] = t.strftime("%Y-%m-%d %H:%M") if t else ""
+    if "taken" in photo:  # the camera's wall clock, as --taken compares it
+        key = (h.taken_key or "")[:16]
+        cells["taken"] = key + (" (mtime)" if key and h.taken_source == "mtime" else "")
+    if "camera" in photo:
+        cells["camera"] = h.camera or ""
+    if "km" in photo:
+        cells["km"] = None
+        if near is not None and h.gps:
+            import numpy as np
+
+            from wherein.search.photofilter import haversine_km
+
+            lat, lon = np.array([h.gps["lat"]]), np.array([h.gps["lon"]])
+            cells["km"] = float(haversine_km(lat, lon, near.lat, near.lon)[0])
+    return cells
+
+
+def to_table(hits: Sequence[Hit], photo: Sequence[str] = (), near: str | None = None) -> str:
+    """rank, probability, score, pixels, the photo columns asked for, path (and masks).
+
+    near: the --near point, for the km column."""
+    from wherein.search.photofilter import parse_near
+
+    point = parse_near(near) if "km" in photo and near else None
     has_mask = any(h.mask_path for h in hits)
     rows = []
     for h in hits:
@@ -121,14 +176,15 @@ def to_table(hits: Sequence[Hit]) -> str:
             "prob": h.probability,
             "score": h.score,
             "pixels": f"{h.width}x{h.height}" if h.width and h.height else "",
+            **_photo_cells(h, photo, point),
             "path": printable(h.path) + ("" if h.exists else "  [missing]"),
         }
         if has_mask:
             row["mask"] = h.mask_area
             row["mask_path"] = printable(h.mask_path or "")
         rows.append(row)
-    cols = ["rank", "prob", "score", "pixels", "path"] + (["mask", "mask_path"] if has_mask else [])
-    return table(rows, cols)
+    cols = ["rank", "prob", "score", "pixels", *[c for c in PHOTO_COLUMNS if c in photo], "path"]
+    return table(rows, cols + (["mask", "mask_path"] if has_mask else []))
 
 
 def table(rows: list[dict], columns: list[str], width: int | None = None) -> str:
@@ -238,8 +294,10 @@ def human_bytes(n: float) -> str:
 __all__ = [
     "FORMATS",
     "HIT_MASK_FIELDS",
+    "PHOTO_COLUMNS",
     "csv_columns",
     "human_bytes",
+    "photo_columns",
     "printable",
     "read_csv",
     "render",

@@ -252,15 +252,20 @@ def select(
         S.plan(hits, dest, "flat" if flat else "tree") if dest else []
     )  # checked before any work
     prompt = next(t.value for t in q.text_terms if t.weight > 0) if mask else None
+    shown = output.photo_columns(None, taken, camera, near)
+
+    def render_table(hs) -> str:
+        return output.to_table(hs, shown, near)
+
     if prompt and engine == "ray":
         hits = _masks_on_ray(
             hits, prompt, export_path, export_fmt, models_root, labels, ray_address, fmt
         )
-        _emit(hits, fmt, None, None, output.to_table)
+        _emit(hits, fmt, None, None, render_table)
     else:
         if prompt:
             hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root)
-        _emit(hits, fmt, export_path, export_fmt, output.to_table, prompt, labels)
+        _emit(hits, fmt, export_path, export_fmt, render_table, prompt, labels)
     if dest:
         made = S.materialise(placements, "link" if link_to else "copy")
         click.echo(f"{'linked' if link_to else 'copied'} {len(made)} file(s) into {dest}", err=True)

@@ -227,7 +227,8 @@ def search(
 
         write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels)
         click.echo(f"exported {len(hits)} hit(s) to {export_path}", err=True)
-    sys.stdout.write(output.render(hits, fmt))
+    shown = output.photo_columns(sort, taken, camera, near)
+    sys.stdout.write(output.render(hits, fmt, shown, near))
     if fmt == "table":
         stale = sum(not h.exists for h in hits)
         if stale:
