@@ -13,12 +13,14 @@ import sys
 import zlib
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from wherein.indexer.models.standins.palette import rgb255
 from wherein.indexer.store.index_store import IndexStore
+from wherein.schemas.records import INDEX_RUN_SCHEMA_PATH
 from wherein.search.cli import cli
 
 from conftest import draw_shape
@@ -188,6 +190,11 @@ def test_every_file_a_run_sees_is_counted_once(env, shapes):
     }
     assert second["deleted"] == 1  # a row, not a file seen
     assert sum(second[k] for k in FILE_COUNTS) == second["seen"] == _files(shapes) == 9
+    # The report follows its schema, which names the same counts.
+    schema = json.loads(INDEX_RUN_SCHEMA_PATH.read_text())
+    for report in (first, second):
+        jsonschema.validate(report, schema)
+    assert set(FILE_COUNTS) <= set(schema["required"])
 
     # The line a person reads adds up too (a second demo run printed "0 embedded,
     # 0 unchanged" for 8 re-stamped photos).

@@ -72,6 +72,23 @@ class RunStats:
     def images_per_second(self) -> float:
         return self.embedded / self.seconds if self.seconds else 0.0
 
+    def to_dict(self, images: int) -> dict:
+        """The run as `wherein index --json` prints it (schemas/index.schema.json);
+        images: how many the index holds after it."""
+        return {
+            "images": images,
+            "seen": self.seen,
+            **self.file_counts(),
+            "deleted": self.deleted,
+            "invalidated": self.invalidated,
+            "seconds": round(self.seconds, 2),
+            "images_per_second": round(self.images_per_second, 2),
+            "interrupted": self.interrupted,
+            "problems": [{"path": p.path, "reason": p.reason} for p in self.problems],
+            "bad_roots": [p.path for p in self.bad_roots],
+            "photo_metadata_read": self.photos,
+        }
+
     def count(self, kind: Kind) -> None:
         name = {
             Kind.EMBED: "embedded",

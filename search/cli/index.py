@@ -140,21 +140,8 @@ def _summary(stats, total: int) -> str:
 
 
 def _report(stats, total: int, fmt: str | None) -> None:
-    result = {
-        "images": total,
-        "seen": stats.seen,
-        **stats.file_counts(),
-        "deleted": stats.deleted,
-        "invalidated": stats.invalidated,
-        "seconds": round(stats.seconds, 2),
-        "images_per_second": round(stats.images_per_second, 2),
-        "interrupted": stats.interrupted,
-        "problems": [{"path": p.path, "reason": p.reason} for p in stats.problems],
-        "bad_roots": [p.path for p in stats.bad_roots],
-        "photo_metadata_read": stats.photos,
-    }
     if fmt == "json":
-        echo_json(result)
+        echo_json(stats.to_dict(total))
     else:
         if stats.invalidated:
             click.echo(f"model changed: {stats.invalidated} old vectors dropped and re-embedded")
@@ -232,7 +219,7 @@ def status(index_dir, models_dir, check, fmt):
     from wherein.indexer import paths as P
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.store.index_store import IndexStore
-    from wherein.indexer.store.status import index_status
+    from wherein.indexer.store.status import index_status, models_report
     from wherein.schemas.errors import IndexLocked
 
     d = P.index_dir(index_dir)
@@ -244,12 +231,13 @@ def status(index_dir, models_dir, check, fmt):
         store = IndexStore.open(d)  # a writer holds the lock: check read-only
     with store:
         report = store.check() if check else None
-        info = index_status(store)
+        st = index_status(store)
     models = ModelDir(P.models_dir(models_dir))
-    standin_banner(models, space=info.get("space"), index=d)
-    info["models"] = _models_against_index(models, info.get("model_id"))
+    standin_banner(models, space=st.space, index=d)
+    st.models = models_report(models, st.model_id)
     if report is not None:
-        info["check"] = {"ok": report.ok, "problems": report.problems, "repaired": report.repaired}
+        st.check = {"ok": report.ok, "problems": report.problems, "repaired": report.repaired}
+    info = st.to_dict()
     if fmt == "json":
         echo_json(info)
     else:
@@ -285,24 +273,6 @@ def status(index_dir, models_dir, check, fmt):
             click.echo("check      " + ("ok" if report.ok else "FAILED"))
     if report is not None and not report.ok:
         sys.exit(1)
-
-
-def _models_against_index(models, index_model_id: str | None) -> dict:
-    """Would `wherein index` with these models keep the index's vectors? (None: cannot tell.)"""
-    from wherein.indexer.models.image_tower import tower_id
-    from wherein.schemas.errors import ModelError
-
-    out: dict = {"dir": str(models.root), "standin": models.is_standin, "model_id": None}
-    try:
-        out["model_id"] = tower_id(models.space, models.image_tower_file())
-    except (ModelError, OSError) as exc:
-        out["problem"] = str(exc)
-    out["matches_index"] = (
-        None
-        if out["model_id"] is None or index_model_id is None
-        else out["model_id"] == index_model_id
-    )
-    return out
 
 
 def _models_line(m: dict) -> str:
