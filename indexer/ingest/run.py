@@ -141,6 +141,7 @@ class _Run:
         elif (
             d.kind is Kind.EMBED
             and isinstance(read, Prepared)
+            and read.sha256
             and work.found.size in self.shared_sizes
         ):
             self.embedding.add(read.sha256)
