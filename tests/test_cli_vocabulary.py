@@ -192,9 +192,18 @@ def test_every_surface_names_the_standins_on_stderr(standin_index, tmp_path, nam
 
 
 @pytest.mark.slow
-def test_build_index_of_standin_vectors_says_so(standin_index, tmp_path):
+def test_embed_and_build_index_name_the_standins_and_embed_follows_its_schema(
+    standin_index, tmp_path
+):
+    import jsonschema
+
+    from wherein.schemas.records import EMBED_RUN_SCHEMA_PATH
+
     e = {**standin_index, "WHEREIN_INDEX": str(tmp_path / "built")}
-    run("embed", standin_index["photos"], "--out", tmp_path / "emb", "-q", env=e)
+    r = run("embed", standin_index["photos"], "--out", tmp_path / "emb", "-q", "--json", env=e)
+    embedded = json.loads(r.stdout)
+    jsonschema.validate(embedded, json.loads(EMBED_RUN_SCHEMA_PATH.read_text()))
+    assert embedded["embedded"] == 4 and embedded["complete"]
     r = run("build-index", tmp_path / "emb", "-q", "--json", env=e)
     assert STANDIN_NOTICE in r.stderr and json.loads(r.stdout)["space"].startswith(
         "wherein-standin"

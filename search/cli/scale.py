@@ -109,23 +109,8 @@ def embed(
         raise
     finally:
         bar.close()
-    result = {
-        "out": stats.out,
-        "engine": stats.engine,
-        "items": stats.items,
-        "shards": stats.shards,
-        "shards_done_before": stats.done_before,
-        "shards_written": stats.written,
-        "embedded": stats.embedded,
-        "failed": stats.failed,
-        "complete": stats.complete,
-        "seconds": round(stats.seconds, 2),
-        "images_per_second": round(stats.images_per_second, 2),
-        "interrupted": stats.interrupted,
-        "problems": [{"path": p.path, "reason": p.reason} for p in stats.problems],
-    }
     if fmt == "json":
-        echo_json(result)
+        echo_json(stats.to_dict())
     else:
         click.echo(
             f"{stats.items} items in {stats.shards} shards: {stats.written} written now, "
