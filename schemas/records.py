@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 HIT_SCHEMA_PATH = Path(__file__).with_name("hit.schema.json")
+# `wherein status --json` (and /api/status, which adds the web app's caches to it), and
+# `wherein index --json`: the reports of indexer/store/status.py and indexer/ingest/run.py.
+STATUS_SCHEMA_PATH = Path(__file__).with_name("status.schema.json")
+INDEX_RUN_SCHEMA_PATH = Path(__file__).with_name("index.schema.json")
+EMBED_RUN_SCHEMA_PATH = Path(__file__).with_name("embed.schema.json")  # `wherein embed --json`
 
 # Always present in the JSON form, in this order (also the CSV column order).
 HIT_CORE_FIELDS = (

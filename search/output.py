@@ -21,6 +21,8 @@ import csv
 import io
 import json
 import os
+import re
+import textwrap
 from collections.abc import Sequence
 
 from wherein.schemas.records import HIT_CORE_FIELDS, HIT_MASK_FIELDS, Hit
@@ -33,8 +35,13 @@ _BOOL_FIELDS = {"exists"}
 _JSON_FIELDS = {"bbox", "gps"}
 
 
-def render(hits: Sequence[Hit], fmt: str) -> str:
-    """The whole output for a format, ending with a newline when not empty."""
+def render(
+    hits: Sequence[Hit], fmt: str, photo: Sequence[str] = (), near: str | None = None
+) -> str:
+    """The whole output for a format, ending with a newline when not empty.
+
+    photo, near: the table's photo columns (``photo_columns``); other formats carry
+    every field anyway."""
     if fmt == "json":
         return to_json(hits) + "\n"
     if fmt == "nl":
@@ -46,7 +53,7 @@ def render(hits: Sequence[Hit], fmt: str) -> str:
     if fmt == "paths0":
         return "".join(h.path + "\0" for h in hits)
     if fmt == "table":
-        return to_table(hits) + ("\n" if hits else "")
+        return to_table(hits, photo, near) + ("\n" if hits else "")
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -110,7 +117,57 @@ def read_csv(text: str) -> list[dict]:
     return out
 
 
-def to_table(hits: Sequence[Hit]) -> str:
+PHOTO_COLUMNS = ("date", "taken", "camera", "km")
+
+
+def photo_columns(
+    sort: str | None = None,
+    taken: object = None,
+    camera: object = None,
+    near: object = None,
+) -> list[str]:
+    """The photo columns a table shows because the search sorted or filtered by them:
+    a list sorted by date with no date in it cannot be checked by eye."""
+    shown = {
+        "date": sort == "date",
+        "taken": sort == "taken" or bool(taken),
+        "camera": bool(camera),
+        "km": bool(near),
+    }
+    return [c for c in PHOTO_COLUMNS if shown[c]]
+
+
+def _photo_cells(h: Hit, photo: Sequence[str], near) -> dict:
+    from datetime import datetime
+
+    cells: dict = {}
+    if "date" in photo:  # the file's mtime, local time: what --sort date orders by
+        t = datetime.fromtimestamp(h.mtime_ns / 1e9) if h.mtime_ns is not None else None
+        cells["date"] = t.strftime("%Y-%m-%d %H:%M") if t else ""
+    if "taken" in photo:  # the camera's wall clock, as --taken compares it
+        key = (h.taken_key or "")[:16]
+        cells["taken"] = key + (" (mtime)" if key and h.taken_source == "mtime" else "")
+    if "camera" in photo:
+        cells["camera"] = h.camera or ""
+    if "km" in photo:
+        cells["km"] = None
+        if near is not None and h.gps:
+            import numpy as np
+
+            from wherein.search.photofilter import haversine_km
+
+            lat, lon = np.array([h.gps["lat"]]), np.array([h.gps["lon"]])
+            cells["km"] = float(haversine_km(lat, lon, near.lat, near.lon)[0])
+    return cells
+
+
+def to_table(hits: Sequence[Hit], photo: Sequence[str] = (), near: str | None = None) -> str:
+    """rank, probability, score, pixels, the photo columns asked for, path (and masks).
+
+    near: the --near point, for the km column."""
+    from wherein.search.photofilter import parse_near
+
+    point = parse_near(near) if "km" in photo and near else None
     has_mask = any(h.mask_path for h in hits)
     rows = []
     for h in hits:
@@ -119,18 +176,24 @@ def to_table(hits: Sequence[Hit]) -> str:
             "prob": h.probability,
             "score": h.score,
             "pixels": f"{h.width}x{h.height}" if h.width and h.height else "",
+            **_photo_cells(h, photo, point),
             "path": printable(h.path) + ("" if h.exists else "  [missing]"),
         }
         if has_mask:
             row["mask"] = h.mask_area
             row["mask_path"] = printable(h.mask_path or "")
         rows.append(row)
-    cols = ["rank", "prob", "score", "pixels", "path"] + (["mask", "mask_path"] if has_mask else [])
-    return table(rows, cols)
+    cols = ["rank", "prob", "score", "pixels", *[c for c in PHOTO_COLUMNS if c in photo], "path"]
+    return table(rows, cols + (["mask", "mask_path"] if has_mask else []))
 
 
-def table(rows: list[dict], columns: list[str]) -> str:
-    """An aligned plain-text table (numbers right-aligned); "" for no rows."""
+def table(rows: list[dict], columns: list[str], width: int | None = None) -> str:
+    """An aligned plain-text table (numbers right-aligned); "" for no rows.
+
+    width: no line longer than this where it can be done: the widest text columns are
+    narrowed and their cells wrapped onto more lines at spaces. A number, a column's
+    name and a word (a file name) are never cut.
+    """
     if not rows:
         return ""
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
@@ -138,13 +201,61 @@ def table(rows: list[dict], columns: list[str]) -> str:
     numeric = [
         all(isinstance(r.get(c), int | float) or r.get(c) is None for r in rows) for c in columns
     ]
+    if width is not None:
+        floors = [
+            widths[i] if numeric[i] else max(len(c), *(_longest_word(row[i]) for row in cells))
+            for i, c in enumerate(columns)
+        ]
+        _narrow(widths, floors, width)
 
     def line(vals):
         return "  ".join(
             v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)
         ).rstrip()
 
-    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+    out = [line(columns), line(["-" * w for w in widths])]
+    for row in cells:
+        parts = [_wrap(v, w) for v, w in zip(row, widths)]
+        for k in range(max(map(len, parts))):
+            out.append(line([p[k] if k < len(p) else "" for p in parts]))
+    return "\n".join(out)
+
+
+def _narrow(widths: list[int], floors: list[int], width: int) -> None:
+    """Narrow the widest column, one character at a time, until the row fits in width."""
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        wide = [i for i, w in enumerate(widths) if w > floors[i]]
+        if not wide:
+            return  # as narrow as it goes
+        widths[max(wide, key=lambda i: widths[i])] -= 1
+
+
+def _longest_word(text: str) -> int:
+    return max(map(len, _kept_whole(text).split()), default=0)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return [text] if len(text) <= width else wrap(text, width) or [""]
+
+
+_NBSP = "\xa0"
+
+
+def wrap(text: str, width: int, indent: str = "", hang: str = "") -> list[str]:
+    """textwrap.wrap that keeps a bracketed group whole: float32[1, 485, 768] is not split
+    (a group longer than the line is cut anyway)."""
+    lines = textwrap.wrap(
+        _kept_whole(text),
+        width,
+        initial_indent=indent,
+        subsequent_indent=hang,
+        break_on_hyphens=False,
+    )
+    return [ln.replace(_NBSP, " ") for ln in lines]
+
+
+def _kept_whole(text: str) -> str:
+    return re.sub(r"\[[^\]]*\]", lambda m: m.group(0).replace(" ", _NBSP), text)
 
 
 def _cell(v) -> str:
@@ -183,8 +294,10 @@ def human_bytes(n: float) -> str:
 __all__ = [
     "FORMATS",
     "HIT_MASK_FIELDS",
+    "PHOTO_COLUMNS",
     "csv_columns",
     "human_bytes",
+    "photo_columns",
     "printable",
     "read_csv",
     "render",
@@ -192,4 +305,5 @@ __all__ = [
     "to_csv",
     "to_json",
     "to_table",
+    "wrap",
 ]

@@ -47,7 +47,7 @@ def _cli(*args: str) -> dict:
 
     res = CliRunner().invoke(cli, [*args, "--json"])
     assert res.exit_code == 0, res.output
-    return json.loads(res.output)
+    return json.loads(res.stdout)
 
 
 def _check(index: Path) -> dict:

@@ -126,6 +126,101 @@ def test_build_index_honours_WHEREIN_INDEX(monkeypatch, tmp_path):
     assert r.exit_code == 1 and seen["index"] == tmp_path / "big"
 
 
+# -- stand-ins are named on every surface --------------------------------------------------
+STANDIN_NOTICE = "STAND-IN models"
+FORMATS = ("table", "json", "nl", "csv", "paths", "paths0")
+# Each command that loads models or reads an index, with the output switches it has.
+STANDIN_COMMANDS = {
+    "index": (["index", "{photos}", "-q"], ("table", "json")),
+    "status": (["status"], ("table", "json")),
+    "search": (["search", "red"], FORMATS),
+    "select": (["select", "red", "-p", "0.5"], FORMATS),
+    "label": (["label", "-l", "red,blue", "--no-store"], FORMATS),
+    "dupes": (["dupes"], FORMATS),
+    "unique": (["unique", "-k", "3"], FORMATS),
+    "mask": (["mask", "{photos}/red_square.jpg", "red", "--no-files"], ("table", "json")),
+    "embed": (["embed", "{photos}", "--out", "{tmp}/emb", "-q"], ("table", "json")),
+    "models check": (["models", "check"], ("table", "json")),
+}
+
+
+@pytest.fixture(scope="module")
+def standin_index(standin_models, tmp_path_factory) -> dict[str, str]:
+    """One index of the shapes on the stand-ins, shared by the read-only checks below."""
+    from conftest import draw_shape
+
+    root = tmp_path_factory.mktemp("standin-surfaces")
+    photos = root / "photos"
+    for colour in ("red", "blue", "green"):
+        draw_shape(photos / f"{colour}_square.jpg", colour)
+    draw_shape(photos / "blue_copy.png", "blue")
+    e = {"WHEREIN_MODELS": str(standin_models), "WHEREIN_INDEX": str(root / "index")}
+    run("index", photos, "-q", env=e)
+    return {**e, "photos": str(photos)}
+
+
+def _parses(fmt: str, out: str) -> None:
+    """stdout is exactly the format asked for: a program can read it whole."""
+    import csv
+
+    if fmt == "json":
+        json.loads(out)
+    elif fmt == "nl":
+        assert out, "no rows"
+        for line in out.splitlines():
+            json.loads(line)
+    elif fmt == "csv":
+        assert "path" in next(csv.reader(io.StringIO(out)))
+    elif fmt in ("paths", "paths0"):
+        paths = out.split("\0" if fmt == "paths0" else "\n")
+        assert paths[-1] == "" and all(Path(p).is_file() for p in paths[:-1]), out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, fmt",
+    [(name, fmt) for name, (_args, fmts) in STANDIN_COMMANDS.items() for fmt in fmts],
+)
+def test_every_surface_names_the_standins_on_stderr(standin_index, tmp_path, name, fmt):
+    args, _fmts = STANDIN_COMMANDS[name]
+    args = [a.format(photos=standin_index["photos"], tmp=tmp_path) for a in args]
+    r = run(*args, *([] if fmt == "table" else [f"--{fmt}"]), env=standin_index)
+    notices = [line for line in r.stderr.splitlines() if STANDIN_NOTICE in line]
+    assert len(notices) == 1, r.stderr  # one line, once
+    assert STANDIN_NOTICE not in r.stdout  # never in what a pipe reads
+    _parses(fmt, r.stdout)
+
+
+@pytest.mark.slow
+def test_embed_and_build_index_name_the_standins_and_embed_follows_its_schema(
+    standin_index, tmp_path
+):
+    import jsonschema
+
+    from wherein.schemas.records import EMBED_RUN_SCHEMA_PATH
+
+    e = {**standin_index, "WHEREIN_INDEX": str(tmp_path / "built")}
+    r = run("embed", standin_index["photos"], "--out", tmp_path / "emb", "-q", "--json", env=e)
+    embedded = json.loads(r.stdout)
+    jsonschema.validate(embedded, json.loads(EMBED_RUN_SCHEMA_PATH.read_text()))
+    assert embedded["embedded"] == 4 and embedded["complete"]
+    r = run("build-index", tmp_path / "emb", "-q", "--json", env=e)
+    assert STANDIN_NOTICE in r.stderr and json.loads(r.stdout)["space"].startswith(
+        "wherein-standin"
+    )
+
+
+def test_real_models_get_no_notice(standin_index, tmp_path, capsys):
+    """The notice follows the models and the index, not the command: real ones are quiet."""
+    from wherein.indexer.models.modeldir import REAL_SPACE, ModelDir
+
+    options.standin_banner(ModelDir(tmp_path), space=REAL_SPACE, index=tmp_path)
+    options.standin_banner(space=None)
+    assert capsys.readouterr().err == ""
+    options.standin_banner(space="wherein-standin-colour-v1", index=tmp_path)
+    assert STANDIN_NOTICE in capsys.readouterr().err
+
+
 # -- names that mean the same everywhere ------------------------------------------------------
 def test_top_means_at_most_n_results_on_every_command():
     for name in ("search", "select", "unique"):
@@ -327,5 +422,5 @@ def test_commands_print_only_what_the_user_needs_on_stderr(env, shapes, tmp_path
     banner = [f"{BANNER} {env['models']} (they only know colours)."]
     assert stderr("index", shapes) == banner  # stderr is no terminal: no progress bar
     assert stderr("search", "red") == banner
-    assert stderr("search", "red", "--json") == []
+    assert stderr("search", "red", "--json") == banner  # stderr: the JSON on stdout stays clean
     assert stderr("mask", shapes / "red_square.jpg", "red", "--out", tmp_path / "m") == banner

@@ -133,7 +133,7 @@ def test_readers_while_index_commits(env, photos, tmp_path):
             assert time.monotonic() < deadline, "the indexer did not finish"
             r = invoke(*readers[0])
             assert r.exit_code == 0, r.output
-            hits = json.loads(r.output)
+            hits = json.loads(r.stdout)
             assert all(h["sha256"] and h["size"] for h in hits)  # whole rows only
             seen["search"].append(len(hits))
 
@@ -144,7 +144,7 @@ def test_readers_while_index_commits(env, photos, tmp_path):
             for args in readers[1:]:
                 r = invoke(*args)
                 assert r.exit_code == 0, r.output
-                json.loads(r.output)
+                json.loads(r.stdout)
         assert indexer.wait() == 0, indexer.stderr.read()
         assert mid_run, f"no reader ran while the indexer was committing: {seen}"
         for name, counts in seen.items():  # images only arrive: a view never goes back
@@ -157,7 +157,7 @@ def test_readers_while_index_commits(env, photos, tmp_path):
         last = get_json(base + f"/api/search?q=red&per_page=200&page={-(-total // 200)}")
         assert (total - 1) % 200 + 1 == len(last["hits"]) and not last["has_more"]
         r = invoke("status", "--check", "--json")
-        assert r.exit_code == 0 and json.loads(r.output)["vectors_in_faiss"] == total
+        assert r.exit_code == 0 and json.loads(r.stdout)["vectors_in_faiss"] == total
     finally:
         for proc in (indexer, server):
             if proc is not None and proc.poll() is None:

@@ -336,7 +336,7 @@ def test_search_uses_litert_text_tower_without_torch(litert_text_models, shapes,
     assert torch_loaded == "False"
     check = CliRunner().invoke(_cli(), ["models", "check", str(litert_text_models), "--json"])
     assert check.exit_code == 0, check.output
-    assert "text_tower.tflite" in {row["file"] for row in json.loads(check.output)["checks"]}
+    assert "text_tower.tflite" in {row["file"] for row in json.loads(check.stdout)["checks"]}
 
 
 def test_query_encoder_falls_back_to_torch(standin_models):

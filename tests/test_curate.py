@@ -341,14 +341,55 @@ def test_near_duplicates_are_copies_not_lookalikes(env, dupe_photos, tmp_path):
     assert all(h["score"] >= D.default_threshold("wherein-standin-colour-v1") for h in hits)
     blue_keeper = [h for h in hits if h["keeper"] and Path(h["path"]).name in BLUE_FAMILY]
     assert len(blue_keeper) == 1
-    # the keeper is listed first in its group, and --redundant leaves keepers out
-    assert hits[0]["keeper"]
-    redundant = as_json("dupes", "--redundant")
-    assert len(redundant) == 4 and not any(h["keeper"] for h in redundant)
+    assert hits[0]["keeper"]  # the keeper is listed first in its group
     # exact only: the byte-identical pair
     assert groups_of(as_json("dupes", "--exact")) == [{"red_original.jpg", "red_exact.jpg"}]
     # a lower threshold is the user's call: the red disc (cos ~0.993) joins the red family
     assert "red_disc.png" in groups_of(as_json("dupes", "--threshold", "0.99"))[0]
+
+
+def test_redundant_refuses_on_standins_but_exact_copies_are_safe(env, dupe_photos):
+    """The stand-ins see only colours: a list of files to delete built on them would hold
+    photos that merely share a colour (`dupes --redundant | xargs gio trash`)."""
+    run("index", dupe_photos, "-q")
+    for out in ("--paths0", "--json"):
+        r = run("dupes", "--redundant", out, ok=False)
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
+        assert r.exit_code == 1 and r.stdout == "", r.output
+        assert len(errors) == 1 and "stand-in models" in errors[0] and "--exact" in errors[0]
+        assert "Traceback" not in r.output
+    # byte-identical files are copies whatever the model: the copy is listed, the original kept
+    exact = as_json("dupes", "--exact", "--redundant")
+    assert names(exact) == ["red_exact.jpg"]
+
+
+def _as_if_real_models(index: Path) -> None:
+    """Mark a stand-in index as made by the real models (the space dupes reads): the
+    vectors stay colour vectors, so the tests below pass the stand-ins' threshold."""
+    from wherein.indexer.models.modeldir import REAL_SPACE
+
+    with IndexStore.open(index, write=True) as store, store.catalog.transaction():
+        store.catalog.set_meta("space", REAL_SPACE)
+
+
+def test_redundant_always_keeps_one_of_every_group(env, dupe_photos):
+    run("index", dupe_photos, "-q")
+    _as_if_real_models(env["index"])
+    # the original is gone since indexing: another member has to be the one kept
+    (dupe_photos / "red_original.jpg").unlink()
+    for args in (["--threshold", "0.998"], ["--threshold", "0.99"], ["--exact"]):
+        every = as_json("dupes", *args)
+        redundant = as_json("dupes", "--redundant", *args)
+        assert every and redundant
+        listed = {h["path"] for h in redundant}
+        for members in groups_of(every):
+            paths = {h["path"] for h in every if Path(h["path"]).name in members}
+            kept = paths - listed
+            assert len(kept) == 1, (args, members)  # one of each group stays
+            (keeper,) = kept
+            assert Path(keeper).exists()
+        assert len(redundant) == len(every) - len(groups_of(every))
+        assert not any(h["keeper"] for h in redundant)
 
 
 def test_dupes_on_an_approximate_index_agree(env, dupe_photos, monkeypatch):

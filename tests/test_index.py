@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import struct
@@ -12,12 +13,14 @@ import sys
 import zlib
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from wherein.indexer.models.standins.palette import rgb255
 from wherein.indexer.store.index_store import IndexStore
+from wherein.schemas.records import INDEX_RUN_SCHEMA_PATH
 from wherein.search.cli import cli
 
 from conftest import draw_shape
@@ -131,6 +134,107 @@ def test_touch_without_change_is_not_reembedded(env, shapes):
     os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
     r = index_json(shapes)
     assert r["embedded"] == 0 and r["touched"] == 1
+
+
+# Each file a run sees lands in exactly one of these (RunStats.file_counts).
+FILE_COUNTS = (
+    "embedded",
+    "copied",
+    "moved",
+    "touched",
+    "unchanged",
+    "skipped",
+    "skipped_earlier",
+    "changed_during_read",
+)
+
+
+def _files(root: Path) -> int:
+    return sum(1 for p in root.rglob("*") if p.is_file())
+
+
+def _summary_counts(out: str) -> tuple[int, int]:
+    """(N, the sum of the counts) of the summary line 'N files: a embedded, b ...; ...'."""
+    line = next(ln for ln in out.splitlines() if " files: " in ln)
+    seen, rest = line.split(" files: ", 1)
+    counts = re.findall(r"(?:^|, )(\d+) ", rest.split(";")[0])
+    return int(seen), sum(map(int, counts))
+
+
+def test_every_file_a_run_sees_is_counted_once(env, shapes):
+    (shapes / "broken.jpg").write_bytes(b"not a jpeg")
+    shutil.copyfile(shapes / "red_disc.png", shapes / "nested" / "twin.png")  # a copy, new too
+    first = index_json(shapes)
+    assert {k: first[k] for k in FILE_COUNTS if first[k]} == {
+        "embedded": 6,
+        "copied": 1,  # the twin: the same bytes as a file embedded earlier in the same run
+        "skipped": 1,
+    }
+    assert first["seen"] == _files(shapes) == 8
+
+    green = shapes / "green.bmp"
+    os.utime(green, ns=(green.stat().st_atime_ns, green.stat().st_mtime_ns + 10**9))  # touched
+    (shapes / "blue_square.png").rename(shapes / "nested" / "moved.png")
+    (shapes / "nested" / "yellow.gif").unlink()
+    draw_shape(shapes / "new.png", "purple")
+    draw_shape(shapes / "red_square.jpg", "orange", quality=95)  # changed content
+    shutil.copyfile(shapes / "red_disc.png", shapes / "copy.png")  # a copy of an indexed file
+    second = index_json(shapes)
+    assert {k: second[k] for k in FILE_COUNTS if second[k]} == {
+        "embedded": 2,
+        "copied": 1,
+        "moved": 1,
+        "touched": 1,
+        "unchanged": 3,  # red_disc.png, twin.png, blue_wide.webp
+        "skipped_earlier": 1,
+    }
+    assert second["deleted"] == 1  # a row, not a file seen
+    assert sum(second[k] for k in FILE_COUNTS) == second["seen"] == _files(shapes) == 9
+    # The report follows its schema, which names the same counts.
+    schema = json.loads(INDEX_RUN_SCHEMA_PATH.read_text())
+    for report in (first, second):
+        jsonschema.validate(report, schema)
+    assert set(FILE_COUNTS) <= set(schema["required"])
+
+    # The line a person reads adds up too (a second demo run printed "0 embedded,
+    # 0 unchanged" for 8 re-stamped photos).
+    for p in shapes.rglob("*.png"):
+        os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+    code, out = run_cli("index", str(shapes))
+    assert code == 0, out
+    assert _summary_counts(out) == (9, 9) and "re-stamped" in out
+
+
+def test_a_copy_in_the_same_run_reuses_its_originals_vector(env, shapes, monkeypatch):
+    """Byte-identical files new to the index go through the model once, whether the
+    original is in the same commit batch as its copy or an earlier one."""
+    from wherein.indexer.ingest.run import Indexer
+    from wherein.indexer.models.image_tower import ImageTower
+    from wherein.indexer.models.modeldir import ModelDir
+
+    shutil.copyfile(shapes / "red_disc.png", shapes / "nested" / "twin.png")
+    shutil.copyfile(shapes / "red_disc.png", shapes / "z_twin.png")
+    embedded = []
+    real_embed = ImageTower.embed
+
+    def counting(self, batch):
+        embedded.append(len(batch))
+        return real_embed(self, batch)
+
+    monkeypatch.setattr(ImageTower, "embed", counting)
+    tower = ImageTower.from_models(ModelDir(env["models"]))
+    for every in (32, 1):  # one batch for all, then one commit per embedded image
+        index = env["index"].with_name(f"index-{every}")
+        embedded.clear()
+        with IndexStore.open(index, write=True, create=True) as store:
+            stats = Indexer(store, tower, commit_every=every).run([shapes])
+            assert (stats.embedded, stats.copied) == (6, 2)
+            ids = {p: row[0] for p, row in store.catalog.known_files().items()}
+            got, vecs = store.catalog.vectors_for(ids.values())
+            vec = dict(zip(got.tolist(), vecs, strict=True))
+        assert sum(embedded) == 6  # the model never saw the copies
+        for twin in (shapes / "nested" / "twin.png", shapes / "z_twin.png"):
+            assert np.array_equal(vec[ids[str(twin)]], vec[ids[str(shapes / "red_disc.png")]])
 
 
 def test_indexing_two_roots_separately_keeps_both(env, shapes, tmp_path):
@@ -282,7 +386,9 @@ def test_hidden_files_skipped_and_symlink_loops_end(env, shapes):
     r = index_json(shapes)
     assert r["embedded"] == 6
     code, out = run_cli("index", str(shapes), "--hidden", "--json")
-    assert json.loads(out[out.index("{") :])["embedded"] == 2
+    hidden = json.loads(out[out.index("{") :])
+    # the two drawings are byte-identical: one goes through the model, the other reuses it
+    assert (hidden["embedded"], hidden["copied"]) == (1, 1)
 
 
 def test_model_change_invalidates_vectors(env, shapes, tmp_path, monkeypatch):

@@ -76,7 +76,7 @@ def _search(index: Path) -> dict:
 def _check(index: Path) -> None:
     res = _invoke("status", "--check", "--index", str(index))
     assert res.exit_code == 0, res.output
-    info = json.loads(res.output)
+    info = json.loads(res.stdout)
     assert info["check"]["ok"], info["check"]
     assert info["vector_index"]["kind"] == "ivf-sq8-ondisk" and info["images"] == N
     ivfdata = [n for n in info["disk_bytes"] if n.endswith(".ivfdata")]  # counted in the total

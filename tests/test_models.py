@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -43,6 +45,60 @@ def test_check_passes_on_standins(standin_models):
         "clipseg_decoder.tflite",
         "token_embedding_f16.bin",
     } <= files
+
+
+def test_check_table_fits_in_100_columns(standin_models):
+    """The contracts made the table 190 columns wide (250 after optimize): now they are
+    listed below it, and every line of the report fits in 100 columns."""
+    from wherein.search.cli.models import _check_table
+
+    r = CliRunner().invoke(cli, ["models", "check", str(standin_models)])
+    assert r.exit_code == 0, r.output
+    assert max(map(len, r.stdout.splitlines())) <= 100, r.stdout
+    rows = json.loads(
+        CliRunner().invoke(cli, ["models", "check", str(standin_models), "--json"]).stdout
+    )["checks"]
+    # Rows as `models optimize` and a failure add them: long names, figures and errors.
+    rows += [
+        {
+            "model": "siglip2-image",
+            "file": "siglip2_base_224_int8_dynamic_range_batch8_candidate.tflite",
+            "expected": "int8 vs siglip2_base_224_fp16.tflite: corr >= 0.995, top-10 >= 0.9",
+            "found": "corr 0.99871, top-10 overlap 0.97 over 200 of your photos, "
+            "38 -> 14 ms/image at batch 8 (2.7x faster)",
+            "status": "ok",
+        },
+        {
+            "model": "clipseg",
+            "file": "clipseg_vision_int8.tflite",
+            "expected": "int8 vs clipseg_vision_fp16.tflite: mask IoU >= 0.95",
+            "found": "failed: mask IoU 0.912 below 0.95 over 24 image x prompt pairs; "
+            "410 -> 160 ms/image",
+            "status": "not used",
+        },
+    ]
+    text = _check_table(rows)
+    assert max(map(len, text.splitlines())) <= 100, text
+    # Nothing is cut off: read the cells back (continuation lines have no model) and the
+    # contracts below the table, and find every field whole.
+    table, below = text.split("\nexpected:\n")
+    head, rule, *body = table.strip("\n").splitlines()
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", rule)]
+    cells: list[list[str]] = []
+    for line in body:
+        parts = [line[a : b + 1].strip() for a, b in spans]
+        if parts[0]:
+            cells.append(parts)
+        else:
+            cells[-1] = [f"{c} {p}".strip() for c, p in zip(cells[-1], parts, strict=True)]
+    columns = head.split()
+    assert [dict(zip(columns, c, strict=True)) for c in cells] == [
+        {k: " ".join(r[k].split()) for k in columns} for r in rows
+    ]
+    contracts = " ".join(below.split())
+    for r in rows:
+        if r["expected"] != "-":
+            assert f"{r['file']} {r['expected']}" in contracts, r["expected"]
 
 
 def test_missing_graph_is_named(models_copy):
@@ -193,7 +249,20 @@ def test_demo_runs_on_standins_and_says_so(tmp_path, monkeypatch):
     r = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")])
     assert r.exit_code == 0, r.output
     assert "STAND-IN" in r.output
-    assert "8 images indexed" in r.output and "check      ok" in r.output
+    assert "10 files: 8 embedded, 2 skipped; 8 images in the index" in r.output
+    assert "check      ok" in r.output
     # The same path as `models pull`: optimized stand-ins, verified again on the photos.
     assert "what `models pull` ends with" in r.output
     assert "verified the int8 image tower again on 8 of your photos" in r.output
+    # The export line is pasted into a shell: each assignment is a folder the demo made.
+    (export,) = [ln for ln in r.output.splitlines() if ln.lstrip().startswith("export ")]
+    words = shlex.split(export)
+    assert words[0] == "export" and [w.split("=")[0] for w in words[1:]] == [
+        "WHEREIN_INDEX",
+        "WHEREIN_MODELS",
+    ]
+    assert all(Path(w.split("=", 1)[1]).is_dir() for w in words[1:]), export
+    # Run again: the sample is rewritten with the same bytes, and the summary says so.
+    again = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")])
+    assert again.exit_code == 0, again.output
+    assert "10 files: 0 embedded, 8 re-stamped (same bytes, new mtime), 2 skipped" in again.output

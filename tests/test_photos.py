@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from datetime import datetime
 from pathlib import Path
@@ -349,3 +350,55 @@ def test_web_api_filters_and_sorts(photos, env):
         assert names(r.json()["hits"]) == ["fiji.jpg", "august.jpg"]
         bad = c.get("/api/search", params={"q": "red", "taken": "soon"})
         assert bad.status_code == 400 and "not a date" in bad.json()["error"]
+
+
+def table_rows(text: str) -> list[dict[str, str]]:
+    """An aligned table back as rows of cells (columns from the dashes under the header)."""
+    head, rule, *body = text.splitlines()
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", rule)]
+    names_ = [head[a:b].strip() for a, b in spans[:-1]] + [head[spans[-1][0] :].strip()]
+    return [
+        {n: line[a:b].strip() for n, (a, b) in zip(names_[:-1], spans[:-1], strict=True)}
+        | {names_[-1]: line[spans[-1][0] :].strip()}
+        for line in body
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, column, want",
+    [
+        (["--sort", "date"], "date", {"scan.png": "2022-03-04 05:06"}),
+        (
+            ["--sort", "taken"],
+            "taken",
+            {"paris.jpg": "2024-06-15 14:03", "scan.png": "2022-03-04 05:06 (mtime)"},
+        ),
+        (["--taken", "2024-06"], "taken", {"louvre.jpg": "2024-06-16 09:00"}),
+        (["--camera", "canon"], "camera", {"paris.jpg": "Canon EOS R5"}),
+        (["--near", "48.8584,2.2945,5"], "km", {"paris.jpg": "0.0000", "louvre.jpg": "3.1"}),
+    ],
+)
+def test_the_table_shows_what_it_was_sorted_or_filtered_by(photos, args, column, want):
+    rows = table_rows(run("search", "red", "-k", "20", *args).stdout)
+    assert rows and all(column in r for r in rows)
+    by_name = {Path(r["path"]).name: r[column] for r in rows}
+    for name, cell in want.items():
+        assert by_name[name].startswith(cell), (name, by_name[name])
+    if column == "km":  # every photo listed is within the radius asked for
+        assert all(0 <= float(v) <= 5 for v in by_name.values())
+    # and a plain search keeps the plain table
+    assert list(table_rows(run("search", "red", "-k", "3").stdout)[0]) == [
+        "rank",
+        "prob",
+        "score",
+        "pixels",
+        "path",
+    ]
+
+
+def test_select_shows_the_photo_columns_it_filtered_by(photos):
+    rows = table_rows(run("select", "red", "-p", "0.01", "--camera", "sony").stdout)
+    assert {Path(r["path"]).name: r["camera"] for r in rows} == {
+        "august.jpg": "SONY ILCE-7M3",
+        "fiji.jpg": "SONY ILCE-7M3",
+    }

@@ -137,10 +137,10 @@ def test_build_index_ivf_recall_and_lookup(
         cli, ["build-index", str(ray_out), "--index", str(index), "--max-memory", budget, "--json"]
     )
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["kind"] == kind
+    assert json.loads(res.stdout)["kind"] == kind
     res = CliRunner().invoke(cli, ["status", "--check", "--index", str(index), "--json"])
     assert res.exit_code == 0, res.output
-    info = json.loads(res.output)
+    info = json.loads(res.stdout)
     assert info["check"]["ok"] and info["images"] == N_IMAGES + 1 and info["skipped_count"] == 3
     assert info["vector_index"]["kind"] == kind
 

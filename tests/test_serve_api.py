@@ -468,6 +468,32 @@ def test_status(served):
     assert s["index"] == str(served.index)
 
 
+def test_status_is_one_object_in_the_cli_and_the_web_app(served, standin_models):
+    """`wherein status --json` and /api/status report the index in one shape
+    (schemas/status.schema.json): `models` was a dict in one and a string in the other."""
+    import json
+
+    import jsonschema
+
+    from wherein.schemas.records import STATUS_SCHEMA_PATH
+
+    r = CliRunner().invoke(
+        cli, ["status", "--json", "--index", str(served.index), "--models", str(standin_models)]
+    )
+    assert r.exit_code == 0, r.output
+    cli_status = json.loads(r.stdout)
+    web = served.get("/api/status").json()
+    schemas.validator("status.schema.json").validate(cli_status)
+    schemas.validator("status.schema.json").validate(web)  # the web app extends it
+    schemas.validator("api.status.schema.json").validate(web)
+    jsonschema.Draft202012Validator.check_schema(json.loads(STATUS_SCHEMA_PATH.read_text()))
+    assert web["models"] == cli_status["models"]
+    assert web["models"]["standin"] is True and web["models"]["matches_index"] is True
+    shared = set(cli_status) - {"skipped"}  # /api/status leaves the (long) list out
+    assert shared <= set(web)
+    assert {k: web[k] for k in shared} == {k: cli_status[k] for k in shared}
+
+
 def test_nothing_is_written_outside_the_index_cache(own):
     before_photos = sorted(p.relative_to(own.photos) for p in own.photos.rglob("*"))
     before_index = {p for p in own.index.iterdir() if p.name != "cache"}
@@ -502,6 +528,7 @@ def test_openapi_documents_the_json_schemas(served):
         "SearchResponse",
         "MaskResponse",
         "StatusResponse",
+        "IndexStatus",
         "ImageRecord",
         "Error",
     } <= set(comps)

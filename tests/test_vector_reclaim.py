@@ -41,7 +41,7 @@ def _file_state(index: Path) -> tuple[dict[int, str], dict[int, np.ndarray], dic
         cat = store.catalog
         ids, vecs = cat.vectors_for(cat.embedded_ids())
         paths = {i: r["path"] for i, r in cat.rows_by_ids(ids).items()}
-    status = json.loads(_invoke("status", "--index", str(index), "--json").output)
+    status = json.loads(_invoke("status", "--index", str(index), "--json").stdout)
     return paths, dict(zip(ids.tolist(), vecs, strict=True)), status["vector_file"]
 
 

@@ -58,9 +58,11 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
     """Returns how many photo-metadata rows it stored with the images."""
     # Donors are never written by this run before the end (plan.py), so reading
     # their vectors before the transaction is safe.
-    donors = [s.item.decision.named_row for s in steps if s.item.decision.kind is Kind.COPY]
+    copies = [s.item.decision for s in steps if s.item.decision.kind is Kind.COPY]
+    donors = [d.named_row for d in copies if d.row is not None]
     ids, vecs = cat.vectors_for(donors) if donors else ((), ())
     donor_vector = {int(i): v for i, v in zip(ids, vecs, strict=True)}
+    twin_vector = _twin_vectors(cat, steps) if len(donors) < len(copies) else {}
     now = now_iso()
     photos: list[dict] = []
     with cat.transaction():
@@ -81,7 +83,12 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
             elif d.kind is Kind.SKIP:
                 cat.record_skip(path, d.reason, p.size, p.mtime_ns, now)
             else:
-                vector = s.vector if d.kind is Kind.EMBED else donor_vector[d.named_row]
+                if d.kind is Kind.EMBED:
+                    vector = s.vector
+                elif d.row is None:
+                    vector = twin_vector[p.sha256]
+                else:
+                    vector = donor_vector[d.row]
                 image_id = cat.insert_image(record(path, p, model_id, now), vector)
                 changed = True
             row = photo_row(image_id, p) if image_id is not None else None
@@ -92,6 +99,24 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
         if changed:
             cat.bump_generation()
     return len(photos)
+
+
+def _twin_vectors(cat: Catalog, steps: Sequence[Step[Routed]]) -> dict:
+    """sha256 -> vector for the copies of files embedded earlier in this run: from this
+    batch's embedded steps, else from the row an earlier batch of the run committed."""
+    out = {}
+    for s in steps:
+        d, p = s.item.decision, s.item.read
+        if d.kind is Kind.EMBED and isinstance(p, Prepared):
+            out[p.sha256] = s.vector
+    for s in steps:
+        d, p = s.item.decision, s.item.read
+        if d.kind is not Kind.COPY or d.row is not None or not isinstance(p, Prepared):
+            continue
+        if p.sha256 not in out:  # its original went in with an earlier batch
+            first = cat.embedded_with_hash(p.sha256)[0][0]
+            out[p.sha256] = cat.vectors_for([first])[1][0]
+    return out
 
 
 def finish(cat: Catalog, plan: Plan, claimed: set[int]) -> int:

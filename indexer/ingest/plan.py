@@ -10,8 +10,8 @@ Two stages, because one decision needs the file's hash:
 2. ``route()`` decides for one read file, once its hash is known: touch (same
    bytes as its own row, new mtime), move (same bytes as a gone row: that row
    moves here, keeping its id and vector), copy (same bytes as another indexed
-   file: reuse its vector), skip (unreadable), later (changed while being
-   read), or embed.
+   file, or as one embedded earlier in this run: reuse its vector), skip
+   (unreadable), later (changed while being read), or embed.
 
 Invariants:
 - A row is deleted only if the walk read the folder holding it and the file was
@@ -166,20 +166,29 @@ class Kind(StrEnum):
 @dataclass(frozen=True)
 class Decision:
     kind: Kind
-    row: int | None = None  # touch: own row; move: the gone row claimed; copy: the donor
+    # touch: own row; move: the gone row claimed; copy: the donor, or None for a copy of a
+    # file embedded earlier in this run (its row is written with it, before this one)
+    row: int | None = None
     reason: str = ""  # skip / later
 
     @property
     def named_row(self) -> int:
-        """row, for the kinds that name one (touch, move, copy); route() always sets it."""
+        """row, for the kinds that name one (touch, move, a copy of an indexed file)."""
         if self.row is None:
             raise AssertionError(f"a {self.kind} decision without a row")
         return self.row
 
 
-def route(work: Work, read: Prepared | Unsettled, p: Plan, claimed: Set[int]) -> Decision:
+def route(
+    work: Work,
+    read: Prepared | Unsettled,
+    p: Plan,
+    claimed: Set[int],
+    embedding: Set[str] = frozenset(),
+) -> Decision:
     """Stage 2: what to do with one read file. claimed: gone rows already moved this run
-    (the caller adds a MOVE decision's row to it)."""
+    (the caller adds a MOVE decision's row to it); embedding: hashes of files routed to
+    EMBED earlier in this run (the caller keeps it), whose copies need no model run."""
     if isinstance(read, Unsettled):
         return Decision(Kind.LATER, reason=read.reason)
     old = work.old
@@ -196,4 +205,6 @@ def route(work: Work, read: Prepared | Unsettled, p: Plan, claimed: Set[int]) ->
         donor = p.outside_donor(read.sha256)
     if donor is not None:
         return Decision(Kind.COPY, donor)
+    if read.sha256 in embedding:
+        return Decision(Kind.COPY)
     return Decision(Kind.EMBED)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,9 +53,41 @@ class RunStats:
         """Paths the user named that could not be read at all (the run should fail)."""
         return [p for p in self.problems if p.root]
 
+    def file_counts(self) -> dict[str, int]:
+        """What became of each file the run saw, by the names `index --json` uses: every
+        file is in exactly one count, so they add up to ``seen`` (less what an
+        interrupted run never reached)."""
+        return {
+            "embedded": self.embedded,
+            "copied": self.copied,
+            "moved": self.moved,
+            "touched": self.touched,
+            "unchanged": self.unchanged,
+            "skipped": self.skipped,
+            "skipped_earlier": self.skipped_known,
+            "changed_during_read": self.unsettled,
+        }
+
     @property
     def images_per_second(self) -> float:
         return self.embedded / self.seconds if self.seconds else 0.0
+
+    def to_dict(self, images: int) -> dict:
+        """The run as `wherein index --json` prints it (schemas/index.schema.json);
+        images: how many the index holds after it."""
+        return {
+            "images": images,
+            "seen": self.seen,
+            **self.file_counts(),
+            "deleted": self.deleted,
+            "invalidated": self.invalidated,
+            "seconds": round(self.seconds, 2),
+            "images_per_second": round(self.images_per_second, 2),
+            "interrupted": self.interrupted,
+            "problems": [{"path": p.path, "reason": p.reason} for p in self.problems],
+            "bad_roots": [p.path for p in self.bad_roots],
+            "photo_metadata_read": self.photos,
+        }
 
     def count(self, kind: Kind) -> None:
         name = {
@@ -92,14 +125,26 @@ class _Run:
     def __init__(self, indexer: Indexer, plan: Plan, stats: RunStats, progress) -> None:
         self.indexer, self.plan, self.stats, self.progress = indexer, plan, stats, progress
         self.claimed: set[int] = set()
+        # A byte-identical copy has its original's size: only files whose size another
+        # file of the run shares can be one, so only their hashes are kept.
+        sizes = Counter(w.found.size for w in plan.todo)
+        self.shared_sizes = {size for size, n in sizes.items() if n > 1}
+        self.embedding: set[str] = set()  # hashes routed to EMBED so far (shared sizes only)
 
     def load(self, work: Work) -> Prepared | Unsettled:
         return load_file(work.found, self.indexer.tower.spec.image, self.indexer.draft)
 
     def route(self, work: Work, read: Prepared | Unsettled) -> Step[Routed]:
-        d = route(work, read, self.plan, self.claimed)
+        d = route(work, read, self.plan, self.claimed, self.embedding)
         if d.kind is Kind.MOVE:
             self.claimed.add(d.named_row)
+        elif (
+            d.kind is Kind.EMBED
+            and isinstance(read, Prepared)
+            and read.sha256
+            and work.found.size in self.shared_sizes
+        ):
+            self.embedding.add(read.sha256)
         # route() embeds only a file it read (never an Unsettled one).
         pixels = read.pixels if d.kind is Kind.EMBED and isinstance(read, Prepared) else None
         return Step(Routed(work, read, d), pixels)

@@ -188,8 +188,9 @@ def watch(
 ) -> None:
     """Call apply(folders) for each batch of settled changes under roots.
 
-    Runs until stop is set, Ctrl-C, or apply or on_ready returns False. on_ready:
-    called once the watch is in place (every change from then on is seen).
+    Runs until stop is set, or apply or on_ready returns False; Ctrl-C raises
+    KeyboardInterrupt, as anywhere else. on_ready: called once the watch is in place
+    (every change from then on is seen).
     """
     import watchfiles
 
@@ -215,7 +216,8 @@ def watch(
         yield_on_timeout=True,
         force_polling=opts.force_polling,
         ignore_permission_denied=True,
-        raise_interrupt=False,
+        # Ctrl-C while waiting for events must not look like a watch that was told to stop.
+        raise_interrupt=True,
     )
     started = False
     for changes in events:
@@ -241,17 +243,17 @@ def follow(
     stop: threading.Event | None = None,
     on_batch: Callable[[list[str], RunStats], object] | None = None,
     on_ready: Callable[[], object] | None = None,
-) -> RunStats | None:
+) -> bool:
     """Keep the index in line with roots: one incremental run per batch of settled changes.
 
     The first run, over all of roots, starts once the watch is in place; on_ready
-    follows it. Returns the stats of a run that was interrupted (Ctrl-C during a
-    run), else None.
+    follows it. Returns True when Ctrl-C ended it (during a run or while waiting for
+    changes), False when stop was set. Either way the FAISS file is saved on the way out.
     """
     opts = options or WatchOptions()
     # The index's own files (thumbnails are JPEGs) are not photos.
     opts = dataclasses.replace(opts, ignore=[*opts.ignore, str(indexer.store.dir)])
-    interrupted: list[RunStats] = []
+    interrupted: list[RunStats] = []  # a run that Ctrl-C stopped
     saved = [time.monotonic()]
 
     def apply(folders: list[str]) -> bool:
@@ -278,9 +280,11 @@ def follow(
 
     try:
         watch(roots, apply, opts, stop, ready)
+    except KeyboardInterrupt:
+        return True
     finally:
         indexer.store.ensure_vectors(persist=True)
-    return interrupted[0] if interrupted else None
+    return bool(interrupted)
 
 
 def _hidden(path: str, roots: Sequence[str]) -> bool:

@@ -31,6 +31,7 @@ from wherein.schemas.models import (
 )
 
 REAL_SPACE = "siglip2-vit-b16-webli"
+STANDIN_SPACE_PREFIX = "wherein-standin"  # e.g. "wherein-standin-colour-v1" (standins/)
 IMAGE_MANIFEST = "manifest.json"  # written by `wherein models convert` / `models optimize`
 CLIPSEG_MANIFEST = "manifest.json"  # written by `wherein models optimize`
 # Set in the image tower's optimize record when it was verified on the bundled sample (the
@@ -43,6 +44,12 @@ class ShortText(NamedTuple):
 
     path: Path
     length: int
+
+
+def is_standin_space(space: str | None) -> bool:
+    """Whether vectors in this embedding space come from the stand-in models (a catalog's
+    ``space`` meta; "standin" is what a STANDIN.json without a space says)."""
+    return bool(space) and (space == "standin" or str(space).startswith(STANDIN_SPACE_PREFIX))
 
 
 def file_stamp(path: Path) -> list[int]:

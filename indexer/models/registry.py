@@ -14,6 +14,7 @@ is a callable that calls :func:`register`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -172,11 +173,19 @@ def _siglip_text(models: ModelDir) -> TextEncoder:
 
 
 def _siglip_identify(models: ModelDir) -> tuple[str, str]:
-    from wherein.indexer.models.image_tower import tower_id
-
     models.require(SIGLIP_IMAGE)
     path = models.image_tower_file()
-    return tower_id(models.space, path), path.name
+    st = path.stat()
+    return _graph_id(models.space, path, st.st_size, st.st_mtime_ns), path.name
+
+
+@functools.lru_cache(maxsize=8)
+def _graph_id(space: str, graph: Path, size: int, mtime_ns: int) -> str:
+    """tower_id hashes the whole graph (hundreds of MB): once per file version, not per
+    /api/status request."""
+    from wherein.indexer.models.image_tower import tower_id
+
+    return tower_id(space, graph)
 
 
 def _clipseg(models: ModelDir, threads: int | None) -> Segmenter:

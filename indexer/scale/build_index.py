@@ -62,6 +62,7 @@ class BuildStats:
     index: str
     embed_dirs: list[str] = field(default_factory=list)
     appended: bool = False
+    space: str = ""  # the embedding space of the vectors (stand-ins or real)
     vectors: int = 0  # embedded rows in the index now
     added: int = 0  # of them, from these embed directories
     skipped: int = 0
@@ -152,7 +153,12 @@ def build_index(
         if append and not current and store.vectors.choice is not None:
             current = _catch_up(store, say)
         stats = BuildStats(
-            str(out), [str(d) for d in es.dirs], append, skipped=es.errors, shards=len(es.shards)
+            str(out),
+            [str(d) for d in es.dirs],
+            append,
+            space=es.space,
+            skipped=es.errors,
+            shards=len(es.shards),
         )
         t = time.perf_counter()
         before = cat.count_embedded()

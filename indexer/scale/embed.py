@@ -47,6 +47,24 @@ class EmbedStats:
     def images_per_second(self) -> float:
         return (self.embedded + self.failed) / self.seconds if self.seconds else 0.0
 
+    def to_dict(self) -> dict:
+        """The run as `wherein embed --json` prints it (schemas/embed.schema.json)."""
+        return {
+            "out": self.out,
+            "engine": self.engine,
+            "items": self.items,
+            "shards": self.shards,
+            "shards_done_before": self.done_before,
+            "shards_written": self.written,
+            "embedded": self.embedded,
+            "failed": self.failed,
+            "complete": self.complete,
+            "seconds": round(self.seconds, 2),
+            "images_per_second": round(self.images_per_second, 2),
+            "interrupted": self.interrupted,
+            "problems": [{"path": p.path, "reason": p.reason} for p in self.problems],
+        }
+
 
 def model_identity(models: ModelDir) -> tuple[str, str, str]:
     """(model_id, space, file name) as the image side reports them, without loading it in the driver."""

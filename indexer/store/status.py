@@ -1,15 +1,68 @@
-"""What `wherein status` reports about an index."""
+"""What `wherein status` (and the web app's /api/status) reports about an index.
+
+``IndexStatus.to_dict()`` is the JSON both print; ``schemas/status.schema.json``
+describes it, and /api/status adds the web app's caches to the same object.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 from wherein.indexer.store.index_store import IndexStore
 
 
-def index_status(store: IndexStore) -> dict:
+@dataclass
+class IndexStatus:
+    index: str
+    images: int  # with a vector: searchable
+    catalog_rows: int
+    skipped: list[dict[str, str]]  # {"path", "reason"}
+    model_id: str | None
+    model_file: str | None
+    space: str | None
+    dim: int | None
+    generation: int
+    schema_version: int
+    vector_index: dict | None  # the FAISS index's kind and factory (IndexChoice.as_dict())
+    vectors_in_faiss: int
+    vectors_current: bool
+    disk_bytes: dict[str, int]
+    vector_file: dict | None  # vectors.f16: apparent vs allocated size, dead bytes
+    models: dict | None = None  # models_report(): would these models keep the vectors?
+    check: dict | None = None  # {"ok", "problems", "repaired"} after `status --check`
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "index": self.index,
+            "images": self.images,
+            "catalog_rows": self.catalog_rows,
+            "pending": self.catalog_rows - self.images,
+            "skipped_count": len(self.skipped),
+            "skipped": self.skipped,
+            "model_id": self.model_id,
+            "model_file": self.model_file,
+            "space": self.space,
+            "dim": self.dim,
+            "generation": self.generation,
+            "schema_version": self.schema_version,
+            "vector_index": self.vector_index,
+            "vectors_in_faiss": self.vectors_in_faiss,
+            "vectors_current": self.vectors_current,
+            "disk_bytes": self.disk_bytes,
+            "vector_file": self.vector_file,
+            "disk_total_bytes": sum(self.disk_bytes.values()),
+        }
+        if self.models is not None:
+            out["models"] = self.models
+        if self.check is not None:
+            out["check"] = self.check
+        return out
+
+
+def index_status(store: IndexStore) -> IndexStatus:
     cat = store.catalog
     vec = store.vectors
-    skipped = [{"path": s["path"], "reason": s["reason"]} for s in cat.skipped()]
-    usage = store.disk_usage()
     if vec.index is not None:
         choice = vec.choice.as_dict() if vec.choice else None
         in_faiss, current = vec.ntotal, vec.is_current(cat)
@@ -19,24 +72,40 @@ def index_status(store: IndexStore) -> dict:
         current = side.get("generation") == cat.generation and side.get("model_id") == cat.get_meta(
             "model_id"
         )
-    return {
-        "index": str(store.dir),
-        "images": cat.count_embedded(),
-        "catalog_rows": cat.count_images(),
-        "pending": cat.count_images() - cat.count_embedded(),
-        "skipped_count": len(skipped),
-        "skipped": skipped,
-        "model_id": cat.get_meta("model_id"),
-        "model_file": cat.get_meta("model_file"),
-        "space": cat.get_meta("space"),
-        "dim": cat.get_meta("dim"),
-        "generation": cat.generation,
-        "schema_version": cat.schema_version,
-        "vector_index": choice,
-        "vectors_in_faiss": in_faiss,
-        "vectors_current": current,
-        "disk_bytes": usage,
-        # vectors.f16: apparent vs allocated size (deleted rows' blocks are holes), dead bytes
-        "vector_file": cat.vector_file_usage(),
-        "disk_total_bytes": sum(usage.values()),
-    }
+    dim = cat.get_meta("dim")
+    return IndexStatus(
+        index=str(store.dir),
+        images=cat.count_embedded(),
+        catalog_rows=cat.count_images(),
+        skipped=[{"path": s["path"], "reason": s["reason"]} for s in cat.skipped()],
+        model_id=cat.get_meta("model_id"),
+        model_file=cat.get_meta("model_file"),
+        space=cat.get_meta("space"),
+        dim=int(dim) if dim is not None else None,
+        generation=cat.generation,
+        schema_version=cat.schema_version,
+        vector_index=choice,
+        vectors_in_faiss=in_faiss,
+        vectors_current=current,
+        disk_bytes=store.disk_usage(),
+        vector_file=cat.vector_file_usage(),
+    )
+
+
+def models_report(models, index_model_id: str | None) -> dict[str, Any]:
+    """Would `wherein index` with these models (a ModelDir) keep the index's vectors?
+    matches_index is None when it cannot tell (no image tower there, or an empty index)."""
+    from wherein.indexer.models.registry import entry_for
+    from wherein.schemas.errors import ModelError
+
+    out: dict[str, Any] = {"dir": str(models.root), "standin": models.is_standin, "model_id": None}
+    try:
+        out["model_id"] = entry_for(models).identify(models)[0]
+    except (ModelError, OSError) as exc:
+        out["problem"] = str(exc)
+    out["matches_index"] = (
+        None
+        if out["model_id"] is None or index_model_id is None
+        else out["model_id"] == index_model_id
+    )
+    return out

@@ -228,7 +228,7 @@ def select(
     if not q.has_text:
         raise click.UsageError("select needs a text term (the probability is calibrated for text)")
     with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
-        standin_banner(searcher.models, fmt)
+        standin_banner(searcher.models)
         hits = S.select(
             searcher,
             q,
@@ -249,17 +249,22 @@ def select(
         S.plan(hits, dest, "flat" if flat else "tree") if dest else []
     )  # checked before any work
     prompt = q.mask_prompt() if mask else None
+    shown = output.photo_columns(None, taken, camera, near)
+
+    def render_table(hs) -> str:
+        return output.to_table(hs, shown, near)
+
     if prompt and engine == "ray":
         hits = _masks_on_ray(
             hits, prompt, export_path, export_fmt, models_root, labels, ray_address, fmt
         )
-        _emit(hits, fmt, None, None, output.to_table)
+        _emit(hits, fmt, None, None, render_table)
     else:
         if prompt:
             hits = add_masks(
                 hits, prompt, out_dir or Path("wherein-masks"), models_root, index_dir=index_root
             )
-        _emit(hits, fmt, export_path, export_fmt, output.to_table, prompt, labels)
+        _emit(hits, fmt, export_path, export_fmt, render_table, prompt, labels)
     if dest:
         made = S.materialise(placements, "link" if link_to else "copy")
         click.echo(f"{'linked' if link_to else 'copied'} {len(made)} file(s) into {dest}", err=True)
@@ -380,7 +385,7 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
         L.check_template(template)
     with open_index(index_dir, models_dir) as searcher:
         tmpl = L.check_template(L.RAW_TEMPLATE if raw else (template or searcher.template or "{}"))
-        standin_banner(searcher.models, fmt)
+        standin_banner(searcher.models)
         run = L.compute_labels(searcher, names, tmpl)
         stored = 0 if no_store else L.store_labels(searcher.store.catalog, run)
         hits = L.label_hits(searcher.store.catalog, run)
@@ -438,6 +443,7 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
       wherein dupes --redundant --paths0 | xargs -0 gio trash
     """
     from wherein.indexer import paths as P
+    from wherein.indexer.models.modeldir import is_standin_space
     from wherein.indexer.store.index_store import IndexStore
     from wherein.search.curate.dupes import find_duplicates
     from wherein.search.output import human_bytes
@@ -446,6 +452,15 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
     if exact and threshold is not None:
         raise click.UsageError("--threshold does not apply with --exact")
     with IndexStore.open(P.index_dir(index_dir)) as store:
+        space = store.catalog.get_meta("space")
+        standin_banner(space=space, index=store.dir)
+        if redundant and not exact and is_standin_space(space):
+            raise click.ClickException(
+                "--redundant would suggest deleting photos that only share colours: this index "
+                "was made with the stand-in models, which see nothing else (byte-identical "
+                "copies: --exact --redundant; real models: `wherein models pull`, then "
+                "`wherein index` again)"
+            )
         report = find_duplicates(store, threshold, exact_only=exact)
     hits = [h for h in report.hits if not (redundant and h.extra["keeper"])]
 
@@ -506,6 +521,7 @@ def unique(k, show_all, neighbours, fmt, export_path, export_fmt, index_dir, mod
     from wherein.search.output import table as tbl
 
     with IndexStore.open(P.index_dir(index_dir)) as store:
+        standin_banner(space=store.catalog.get_meta("space"), index=store.dir)
         hits = unique_hits(store, neighbours, None if show_all else k)
 
     def render_table(hs) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -62,9 +63,13 @@ def register(cli: click.Group) -> None:
         click.echo("\n$ wherein search " + " ".join(f'"{a}"' if " " in a else a for a in args))
         cli.commands["search"].main(args, standalone_mode=False)
         click.echo(f"\nMasks and overlays: {out}")
+        # Lines to paste into a shell as they are: nothing may trail the export's paths.
+        env = f"WHEREIN_INDEX={shlex.quote(str(index_dir.resolve()))} "
+        env += f"WHEREIN_MODELS={shlex.quote(str(models.root.resolve()))}"
         click.echo(
-            f"\nNext: export WHEREIN_INDEX={index_dir.resolve()} WHEREIN_MODELS={models.root.resolve()}, then try "
-            '`wherein search "blue"` or `wherein index ~/Pictures`.'
+            "\nNext, to use this index and these models from any folder:\n"
+            f"  export {env}\n"
+            '  wherein search "blue"            # or index your own: wherein index ~/Pictures'
         )
 
 

@@ -93,7 +93,7 @@ def index(
     from wherein.indexer.store.index_store import IndexStore
 
     models = ModelDir(P.models_dir(models_dir))
-    standin_banner(models, fmt)
+    standin_banner(models)
     if models.image_reverify_pending():  # verified on the bundled sample only: now on these photos
         from wherein.indexer.models.optimize.service import reverify_image
 
@@ -125,43 +125,42 @@ def index(
     _report(stats, total, fmt)
 
 
+# How the summary line names each of RunStats.file_counts().
+_COUNT_WORDS = {
+    "embedded": "embedded",
+    "copied": "copied (vector reused)",
+    "moved": "moved",
+    "touched": "re-stamped (same bytes, new mtime)",
+    "unchanged": "unchanged",
+    "skipped": "skipped",
+    "skipped_earlier": "skipped earlier (not retried)",
+    "changed_during_read": "changed while being read (the next run indexes them)",
+}
+
+
+def _summary(stats, total: int) -> str:
+    """One line in which every file the run saw is counted once (zero counts left out)."""
+    counts = stats.file_counts()
+    parts = [f"{n} {_COUNT_WORDS[k]}" for k, n in counts.items() if n or k == "embedded"]
+    gone = f"; {stats.deleted} removed (gone from disk)" if stats.deleted else ""
+    return (
+        f"{stats.seen} files: {', '.join(parts)}{gone}; {total} images in the index "
+        f"({stats.images_per_second:.1f} images/s)"
+    )
+
+
 def _report(stats, total: int, fmt: str | None) -> None:
-    result = {
-        "images": total,
-        "embedded": stats.embedded,
-        "unchanged": stats.unchanged,
-        "moved": stats.moved,
-        "copied": stats.copied,
-        "touched": stats.touched,
-        "deleted": stats.deleted,
-        "skipped": stats.skipped,
-        "skipped_earlier": stats.skipped_known,
-        "invalidated": stats.invalidated,
-        "seconds": round(stats.seconds, 2),
-        "images_per_second": round(stats.images_per_second, 2),
-        "interrupted": stats.interrupted,
-        "problems": [{"path": p.path, "reason": p.reason} for p in stats.problems],
-        "bad_roots": [p.path for p in stats.bad_roots],
-        "changed_during_read": stats.unsettled,
-        "photo_metadata_read": stats.photos,
-    }
     if fmt == "json":
-        echo_json(result)
+        echo_json(stats.to_dict(total))
     else:
         if stats.invalidated:
             click.echo(f"model changed: {stats.invalidated} old vectors dropped and re-embedded")
-        click.echo(
-            f"{total} images indexed: {stats.embedded} embedded, {stats.unchanged} unchanged, "
-            f"{stats.moved} moved, {stats.copied} duplicates, {stats.deleted} removed, "
-            f"{stats.skipped} skipped ({stats.images_per_second:.1f} images/s)"
-        )
+        click.echo(_summary(stats, total))
         for p in stats.problems:
             if not p.root and not p.ignored:  # those are the lines below
                 click.echo(f"  could not read {p.path}: {p.reason}", err=True)
         if stats.skipped:
             click.echo("  see `wherein status` for skipped files and reasons")
-        if stats.unsettled:
-            click.echo(f"  {stats.unsettled} changed while being read: the next run indexes them")
     if stats.interrupted:
         click.echo(
             "interrupted: everything committed so far is kept; run again to resume", err=True
@@ -215,8 +214,8 @@ def _watch(indexer, roots: list[str], hidden: bool, settle: float, fmt: str | No
         on_batch=on_batch,
         on_ready=on_ready,
     )
-    if interrupted is not None:
-        click.echo("interrupted: everything committed so far is kept", err=True)
+    if interrupted:  # Ctrl-C is the way a watch ends: 130, as for any interrupted command
+        click.echo("stopped watching: everything committed so far is kept", err=True)
         sys.exit(130)
     click.echo("stopped watching", err=True)
 
@@ -231,8 +230,9 @@ def _watch(indexer, roots: list[str], hidden: bool, settle: float, fmt: str | No
 def status(index_dir, models_dir, check, fmt):
     """Counts, model, index type and size, skipped files; whether --models matches the index."""
     from wherein.indexer import paths as P
+    from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.store.index_store import IndexStore
-    from wherein.indexer.store.status import index_status
+    from wherein.indexer.store.status import index_status, models_report
     from wherein.schemas.errors import IndexLocked
 
     d = P.index_dir(index_dir)
@@ -244,10 +244,13 @@ def status(index_dir, models_dir, check, fmt):
         store = IndexStore.open(d)  # a writer holds the lock: check read-only
     with store:
         report = store.check() if check else None
-        info = index_status(store)
-    info["models"] = _models_against_index(P.models_dir(models_dir), info.get("model_id"))
+        st = index_status(store)
+    models = ModelDir(P.models_dir(models_dir))
+    standin_banner(models, space=st.space, index=d)
+    st.models = models_report(models, st.model_id)
     if report is not None:
-        info["check"] = {"ok": report.ok, "problems": report.problems, "repaired": report.repaired}
+        st.check = {"ok": report.ok, "problems": report.problems, "repaired": report.repaired}
+    info = st.to_dict()
     if fmt == "json":
         echo_json(info)
     else:
@@ -283,26 +286,6 @@ def status(index_dir, models_dir, check, fmt):
             click.echo("check      " + ("ok" if report.ok else "FAILED"))
     if report is not None and not report.ok:
         sys.exit(1)
-
-
-def _models_against_index(root: Path, index_model_id: str | None) -> dict:
-    """Would `wherein index` with these models keep the index's vectors? (None: cannot tell.)"""
-    from wherein.indexer.models.modeldir import ModelDir
-    from wherein.indexer.models.registry import entry_for
-    from wherein.schemas.errors import ModelError
-
-    models = ModelDir(root)
-    out: dict = {"dir": str(root), "standin": models.is_standin, "model_id": None}
-    try:
-        out["model_id"] = entry_for(models).identify(models)[0]
-    except (ModelError, OSError) as exc:
-        out["problem"] = str(exc)
-    out["matches_index"] = (
-        None
-        if out["model_id"] is None or index_model_id is None
-        else out["model_id"] == index_model_id
-    )
-    return out
 
 
 def _models_line(m: dict) -> str:

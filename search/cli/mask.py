@@ -68,7 +68,7 @@ def mask(image, prompts, out_dir, no_files, full_size_overlays, index_dir, model
 
     image = _image_path(image, index_dir)
     models = ModelDir(P.models_dir(models_dir))
-    standin_banner(models, fmt)
+    standin_banner(models)
     model = ClipSeg.load(models)
     results = mask_file(
         model,

@@ -13,7 +13,13 @@ from pathlib import Path
 import click
 
 from wherein.schemas.models import ALL_MODELS
-from wherein.search.cli.options import echo_json, friendly_errors, json_option, models_option
+from wherein.search.cli.options import (
+    echo_json,
+    friendly_errors,
+    json_option,
+    models_option,
+    standin_banner,
+)
 
 
 @click.group()
@@ -82,14 +88,15 @@ def check(directory, models_dir, self_test, fmt):
     """Load each model and verify its input/output contract (DIRECTORY: instead of --models)."""
     from wherein.indexer import paths as P
     from wherein.indexer.models.check import check_models
+    from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.models.optimize.report import NOT_USED
-    from wherein.search.output import table
 
     root = directory or P.models_dir(models_dir)
+    standin_banner(ModelDir(root))
     rows, ok = check_models(root)
     result = {"models": str(root), "ok": ok, "checks": rows}
     if fmt != "json":
-        click.echo(table(rows, ["model", "file", "expected", "found", "status"]))
+        click.echo(_check_table(rows))
     if ok and self_test:
         from wherein.search.cli.optimize import self_test_report
 
@@ -102,6 +109,27 @@ def check(directory, models_dir, self_test, fmt):
         raise click.ClickException(f"{bad['file']}: {bad['found']} (expected {bad['expected']})")
     if not result["ok"]:
         sys.exit(1)
+
+
+CHECK_WIDTH = 100  # columns `models check` prints in, optimized graphs and errors included
+
+
+def _check_table(rows: list[dict]) -> str:
+    """What was found, per file, in a table; what each file must be, below it (the
+    contracts are the long part: side by side they made the table 190 columns wide)."""
+    from wherein.search.output import table, wrap
+
+    lines = [table(rows, ["model", "file", "status", "found"], width=CHECK_WIDTH), "", "expected:"]
+    name = max(len(r["file"]) for r in rows) + 4
+    for r in rows:
+        if r["expected"] in ("", "-"):
+            continue
+        head = f"  {r['file']}".ljust(name)
+        if len(head) + 12 > CHECK_WIDTH:  # a long file name: its contract on the next line
+            lines.append(head.rstrip())
+            head = " " * 6
+        lines += wrap(r["expected"], CHECK_WIDTH, head, " " * len(head))
+    return "\n".join(lines)
 
 
 # -- convert -------------------------------------------------------------------

@@ -242,17 +242,24 @@ def _click_error(exc: WhereinError) -> click.ClickException:
 
 
 # -- stderr: banner and progress ----------------------------------------------------------
-def standin_banner(models, fmt: str = "table") -> None:
+def standin_banner(models=None, *, space: str | None = None, index=None) -> None:
     """Say plainly that answers come from the colour-only stand-in models.
 
-    On stderr, and only with table output: JSON/CSV/paths go to programs.
+    One line on stderr in every output mode: a pipe reads stdout, so --json, --csv and
+    --paths stay clean while the person at the terminal still sees it. models: the
+    ModelDir a command loads; space (with index, its folder): the embedding space of the
+    index a command reads without loading a model (dupes, unique, status).
     """
-    if models.is_standin and fmt == "table":
-        click.secho(
-            f"Using STAND-IN models from {models.root} (they only know colours).",
-            fg="yellow",
-            err=True,
-        )
+    from wherein.indexer.models.modeldir import is_standin_space
+
+    if models is not None and models.is_standin:
+        line = f"Using STAND-IN models from {models.root} (they only know colours)."
+    elif is_standin_space(space):
+        where = f" {index}" if index is not None else ""
+        line = f"The index{where} was made with STAND-IN models (they only know colours)."
+    else:
+        return
+    click.secho(line, fg="yellow", err=True)
 
 
 def _stderr_is_tty() -> bool:

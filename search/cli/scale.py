@@ -17,6 +17,7 @@ from wherein.search.cli.options import (
     progress,
     quiet_option,
     ray_address_option,
+    standin_banner,
 )
 
 
@@ -78,8 +79,10 @@ def embed(
     """Embed images from SOURCES into parquet shards: folders, .txt/.parquet lists of paths
     or URIs, and uncompressed webdataset .tar shards."""
     from wherein.indexer import paths as P
+    from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.scale.embed import embed as run_embed
 
+    standin_banner(ModelDir(P.models_dir(models_dir)))
     bar = progress(quiet, fmt)
     try:
         stats = run_embed(
@@ -106,23 +109,8 @@ def embed(
         raise
     finally:
         bar.close()
-    result = {
-        "out": stats.out,
-        "engine": stats.engine,
-        "items": stats.items,
-        "shards": stats.shards,
-        "shards_done_before": stats.done_before,
-        "shards_written": stats.written,
-        "embedded": stats.embedded,
-        "failed": stats.failed,
-        "complete": stats.complete,
-        "seconds": round(stats.seconds, 2),
-        "images_per_second": round(stats.images_per_second, 2),
-        "interrupted": stats.interrupted,
-        "problems": [{"path": p.path, "reason": p.reason} for p in stats.problems],
-    }
     if fmt == "json":
-        echo_json(result)
+        echo_json(stats.to_dict())
     else:
         click.echo(
             f"{stats.items} items in {stats.shards} shards: {stats.written} written now, "
@@ -191,6 +179,7 @@ def build_index(embed_dirs, index_dir, max_memory, append, rescore, quiet, fmt):
     stats = run_build(
         embed_dirs, P.index_dir(index_dir), budget, progress=say, append=append, rescore=rescore
     )
+    standin_banner(space=stats.space, index=stats.index)
     result = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in vars(stats).items()}
     if fmt == "json":
         echo_json(result)

@@ -179,7 +179,7 @@ def search(
     if category_from_labels and not (mask and export_path):
         raise click.UsageError("--category-from-labels only applies with --mask --export")
     with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
-        standin_banner(searcher.models, fmt)
+        standin_banner(searcher.models)
         hits = searcher.search(
             q,
             k=k,
@@ -224,7 +224,8 @@ def search(
 
         write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels)
         click.echo(f"exported {len(hits)} hit(s) to {export_path}", err=True)
-    sys.stdout.write(output.render(hits, fmt))
+    shown = output.photo_columns(sort, taken, camera, near)
+    sys.stdout.write(output.render(hits, fmt, shown, near))
     if fmt == "table":
         stale = sum(not h.exists for h in hits)
         if stale:

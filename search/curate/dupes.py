@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wherein.indexer.models.modeldir import is_standin_space
 from wherein.indexer.normalize import unit_rows
 from wherein.schemas.errors import UsageError
 from wherein.schemas.records import Hit
@@ -40,13 +41,12 @@ from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, tie_key
 
 REAL_THRESHOLD = 0.95
 STANDIN_THRESHOLD = 0.998
-STANDIN_SPACE_PREFIX = "wherein-standin"  # e.g. "wherein-standin-colour-v1" (indexer/standins)
 _APPROX_MARGIN = 0.01  # SQ8 scores are off by ~1e-3: search wider, cut on exact scores
 
 
 def default_threshold(space: str | None) -> float:
     """The near-duplicate cosine for an index's embedding space (see the module docstring)."""
-    if space and (space == "standin" or space.startswith(STANDIN_SPACE_PREFIX)):
+    if is_standin_space(space):
         return STANDIN_THRESHOLD
     return REAL_THRESHOLD
 

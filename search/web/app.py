@@ -420,10 +420,13 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         "/api/status", responses=_json_schema_response("StatusResponse", "Index and app status")
     )
     def status() -> JSONResponse:
-        from wherein.indexer.store.status import index_status
+        from wherein.indexer.store.status import index_status, models_report
 
         state.searcher.refresh()  # counts as of the latest commit, not the last search
-        info = index_status(state.searcher.store)
+        st = index_status(state.searcher.store)
+        # The same object as `wherein status --json` (schemas/status.schema.json)
+        st.models = models_report(state.searcher.models, st.model_id)
+        info = st.to_dict()
         info.pop("skipped", None)  # can be long; `wherein status` lists them
         cache = state.cache_dir
         thumbs = _count(cache / "thumbs", "*.jpg")
@@ -432,7 +435,6 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         vision = _count(cache / VISION_DIR, "*/*.npy")
         info.update(
             standin=state.searcher.models.is_standin,
-            models=str(state.searcher.models.root),
             cache={
                 "dir": str(cache),
                 "writable": state.thumbs.dir is not None,

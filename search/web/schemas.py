@@ -20,6 +20,7 @@ FILES = {
     "ImageRecord": "api.image.schema.json",
     "MaskResponse": "api.mask.schema.json",
     "StatusResponse": "api.status.schema.json",
+    "IndexStatus": "status.schema.json",  # what StatusResponse extends (`wherein status --json`)
     "Error": "api.error.schema.json",
 }
 

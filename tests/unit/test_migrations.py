@@ -124,7 +124,7 @@ def test_status_check_passes_without_touching_the_vectors(v1):
     faiss_before = (v1 / "vectors.faiss").read_bytes()
     res = CliRunner().invoke(cli, ["status", "--check", "--json", "--index", str(v1)])
     assert res.exit_code == 0, res.output
-    info = json.loads(res.output)
+    info = json.loads(res.stdout)
     assert info["check"] == {"ok": True, "problems": [], "repaired": []}
     assert info["schema_version"] == SCHEMA_VERSION and info["images"] == 9
     assert info["skipped_count"] == 1 and info["vectors_current"]
