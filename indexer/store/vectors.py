@@ -192,7 +192,12 @@ class VectorIndex:
             return f"{name} is damaged: it holds ids that are no catalog row"
         if not self.is_current(catalog):
             return None  # rows came and went since: sync updates it by id difference
-        ids, vecs = catalog.vectors_for(np.unique(picked))
+        try:
+            ids, vecs = catalog.vectors_for(np.unique(picked))
+        except ValueError:
+            # The catalog's own vectors are unreadable (a wrong width): not this file's damage;
+            # the catalog check names it.
+            return None
         if len(ids) < len(np.unique(picked)):
             return f"{name} is damaged: it holds ids that are no catalog row"
         by_id = dict(zip(ids.tolist(), unit_rows(vecs), strict=True))
