@@ -196,12 +196,16 @@ def test_nothing_inside_the_index_folder_is_written(indexed, command, inside):
 
 
 def test_the_index_is_guarded_when_named_by_option(indexed, tmp_path):
-    """--index IDX (not the environment), spelled with a .. on the way."""
-    index = indexed["index"]
+    """--index (another index than WHEREIN_INDEX's) through a symlink; the export path
+    spelled another way, with a .. on the way."""
+    index = tmp_path / "other index"
+    run("index", indexed["photos"], "--index", index, "-q")
+    (index / "cache").mkdir(exist_ok=True)
+    alias = tmp_path / "alias"
+    alias.symlink_to(index, target_is_directory=True)
     before = digest(index)
     sneaky = index / "cache" / ".." / "catalog.db"
-    (index / "cache").mkdir(exist_ok=True)
-    res = run("unique", "--index", index, "--export", sneaky, "--format", "csv", ok=False)
+    res = run("unique", "--index", alias, "--export", sneaky, "--format", "csv", ok=False)
     assert "index folder" in one_error_line(res)
     assert digest(index) == before
 
