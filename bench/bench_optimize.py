@@ -19,7 +19,7 @@ Measured, each as a whole process (subprocess wall time from start to exit):
   2. `wherein index` on N synthetic 12-MP JPEGs with the optimized tower, vs an open_clip
      eager loop (open_clip.create_model_and_transforms from the same local weights,
      PIL decode, its preprocess, encode_image one photo at a time) on the same photos;
-  3. per-stage core-ms: decode + preprocess (the indexer's prepare_for_siglip, one core)
+  3. per-stage core-ms: decode + preprocess (the indexer's imaging.prepare, one core)
      and model (process CPU time of ImageTower.embed, all threads); the CPU-bound limit
      is cores x 1000 / (decode + model core-ms) images/s, and the indexer's images/s is
      reported as a fraction of it;
@@ -245,15 +245,16 @@ def tokenizer_load(models: Path) -> tuple[float, float]:
 
 
 def stage_core_ms(photos: list[Path], models: Path) -> dict:
-    from wherein.indexer.imaging import prepare_for_siglip
+    from wherein.indexer.imaging import prepare
     from wherein.indexer.models.image_tower import ImageTower
     from wherein.indexer.models.modeldir import ModelDir
+    from wherein.schemas.models import SIGLIP2
 
     decode = []
     pixels = []
     for p in photos:
         t = time.thread_time()
-        prepared = prepare_for_siglip(p.read_bytes())
+        prepared = prepare(p.read_bytes(), SIGLIP2.image)
         decode.append((time.thread_time() - t) * 1000)
         pixels.append(prepared.pixels)
     x = np.stack(pixels)
@@ -458,7 +459,7 @@ def report(
         "",
         "## Where the time goes: the CPU-bound limit",
         "",
-        "Decode = the indexer's `prepare_for_siglip` (read, SHA-256, JPEG draft decode, resize, "
+        "Decode = the indexer's `imaging.prepare` (read, SHA-256, JPEG draft decode, resize, "
         "normalise), thread CPU time; model = `ImageTower.embed` on one interpreter thread, thread "
         "CPU time (a thread pool's spin-waits on a busy machine would count as work otherwise). "
         f"Limit = {cores} cores x 1000 / (decode + model core-ms).",

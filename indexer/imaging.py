@@ -23,7 +23,9 @@ from wherein.schemas.models import (
     CLIPSEG_IMAGE_SIZE,
     CLIPSEG_MEAN,
     CLIPSEG_STD,
+    SIGLIP2,
     SIGLIP_IMAGE_SIZE,
+    ImageInput,
 )
 
 try:  # HEIC/HEIF (and AVIF on older Pillow) through the maintained plugin
@@ -146,11 +148,24 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
-def siglip_input(img: Image.Image, size: int = SIGLIP_IMAGE_SIZE) -> np.ndarray:
-    """[3,size,size] float32: bicubic squash (no crop), /255, (x-0.5)/0.5 — open_clip's recipe."""
-    x = np.asarray(img.resize((size, size), Image.Resampling.BICUBIC), dtype=np.float32)
-    x = x * (2.0 / 255.0) - 1.0
+def model_input(img: Image.Image, spec: ImageInput) -> np.ndarray:
+    """[3,size,size] float32 as `spec` asks: squash (no crop), then (x/255 - mean)/std.
+
+    Written as x * scale + offset: for SigLIP's 0.5/0.5 that is x * (2/255) - 1 to the bit,
+    open_clip's recipe, so vectors do not move with the refactoring.
+    """
+    resample = Image.Resampling[spec.resample.upper()]
+    x = np.asarray(img.resize((spec.size, spec.size), resample), dtype=np.float32)
+    std = np.array(spec.std, dtype=np.float64)
+    scale = (1.0 / (255.0 * std)).astype(np.float32)
+    offset = (-np.array(spec.mean, dtype=np.float64) / std).astype(np.float32)
+    x = x * scale + offset
     return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+def siglip_input(img: Image.Image, size: int = SIGLIP_IMAGE_SIZE) -> np.ndarray:
+    """[3,size,size] float32: SigLIP 2's input (bicubic squash, /255, (x-0.5)/0.5)."""
+    return model_input(img, ImageInput(size, SIGLIP2.image.mean, SIGLIP2.image.std, "bicubic"))
 
 
 _CLIPSEG_MEAN = np.array(CLIPSEG_MEAN, dtype=np.float32) * 255.0
@@ -177,21 +192,21 @@ class Prepared:
     sha256: str = ""
     width: int = 0
     height: int = 0
-    pixels: np.ndarray | None = None  # [3,224,224] float32; None when error is set
+    pixels: np.ndarray | None = None  # [3,size,size] float32 (model_input); None on error
     error: str = ""
     photo: PhotoMeta | None = None  # EXIF from the same bytes (the index run stores it)
 
 
-def prepare_for_siglip(data: bytes, draft: bool = JPEG_DRAFT, mtime_ns: int = 0) -> Prepared:
-    """Hash, decode and preprocess — the one path both indexers (local, sharded) use,
-    so identical files give identical vectors."""
+def prepare(data: bytes, spec: ImageInput, draft: bool = JPEG_DRAFT, mtime_ns: int = 0) -> Prepared:
+    """Hash, decode and preprocess for the model's input `spec` — the one path both indexers
+    (local, sharded) use, so identical files give identical vectors."""
     res = Prepared(size=len(data), mtime_ns=mtime_ns, sha256=hashlib.sha256(data).hexdigest())
     if not data:
         res.error = "empty file"
         return res
     try:
-        img, (res.width, res.height) = decode(data, draft_size=SIGLIP_IMAGE_SIZE if draft else None)
-        res.pixels = siglip_input(img)
+        img, (res.width, res.height) = decode(data, draft_size=spec.size if draft else None)
+        res.pixels = model_input(img, spec)
     except DecodeError as exc:
         res.error = str(exc)
     return res

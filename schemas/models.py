@@ -28,6 +28,38 @@ CLIPSEG_MASK_THRESHOLD = 0.5
 
 
 @dataclass(frozen=True)
+class ImageInput:
+    """How an image model wants its pixels: squashed (no crop) to size x size with `resample`,
+    then (x / 255 - mean) / std per RGB channel, as a [3, size, size] float32 array."""
+
+    size: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    resample: str = "bicubic"  # a PIL.Image.Resampling name, lower case
+
+
+@dataclass(frozen=True)
+class EmbedderSpec:
+    """What every layer asks of the embedding model instead of hard-wiring it: its input,
+    its vector width and how a text term becomes the prompt its text side reads."""
+
+    key: str  # the registry key (indexer/models/registry.py)
+    title: str
+    image: ImageInput
+    dim: int
+    template: str | None = None  # "{}" is the term; None: the term as typed
+
+
+SIGLIP2 = EmbedderSpec(
+    key="siglip2",
+    title="SigLIP 2 ViT-B/16",
+    image=ImageInput(SIGLIP_IMAGE_SIZE, SIGLIP_MEAN, SIGLIP_STD, "bicubic"),
+    dim=SIGLIP_EMBED_DIM,
+    template=SIGLIP_PROMPT_TEMPLATE,
+)
+
+
+@dataclass(frozen=True)
 class TensorSpec:
     shape: tuple[int, ...]
     dtype: str = "float32"
@@ -155,3 +187,5 @@ MODELS_BY_KEY = {m.key: m for m in ALL_MODELS}
 # A models directory built by tests/fixtures/make_standin_models.py carries this
 # marker; wherein then says plainly that results come from stand-ins.
 STANDIN_MARKER = "STANDIN.json"
+# A models directory of another registered embedding model names it here ({"model": KEY}).
+MODEL_MARKER = "MODEL.json"

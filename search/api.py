@@ -46,6 +46,7 @@ A Searcher may be shared between threads (a web app's workers).
 
 from __future__ import annotations
 
+import enum
 import fnmatch
 import os
 import threading
@@ -58,10 +59,10 @@ import numpy as np
 
 from wherein.indexer import paths as P
 from wherein.indexer.models.modeldir import ModelDir
+from wherein.indexer.models.registry import ImageEmbedder, TextEncoder, entry_for
 from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.errors import IndexError_, ModelError
-from wherein.schemas.models import SIGLIP_IMAGE_SIZE, SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import Hit
 from wherein.search.photofilter import Near, PhotoFilter, TakenRange
 from wherein.search.query import SORT_KEYS, Query, QueryError, Term
@@ -89,15 +90,25 @@ class QueryVectors:
     text: np.ndarray | None  # [dim] unit: the text part, for probability; None without text
 
 
+class Template(enum.Enum):
+    """A prompt template that is not a string: the loaded model's own."""
+
+    MODEL = "the model's own template"
+
+
+MODEL_TEMPLATE = Template.MODEL
+
+
 def open_index(
     index_dir: str | Path | None = None,
     models_dir: str | Path | None = None,
-    template: str | None = SIGLIP_PROMPT_TEMPLATE,
+    template: str | Template | None = MODEL_TEMPLATE,
 ) -> Searcher:
     """Open an index for searching (read-only). Directories: argument > env > per-user default.
 
     template: how a text term becomes the prompt the text tower sees ("{}" is
-    the term); SigLIP 2's own "This is a photo of {}." by default, None for raw text.
+    the term); by default the model's own (SigLIP 2's "This is a photo of {}."),
+    None for raw text.
     """
     store = IndexStore.open(P.index_dir(index_dir))
     return Searcher(store, ModelDir(P.models_dir(models_dir)), template)
@@ -105,13 +116,14 @@ def open_index(
 
 class Searcher:
     def __init__(
-        self, store: IndexStore, models: ModelDir, template: str | None = SIGLIP_PROMPT_TEMPLATE
+        self, store: IndexStore, models: ModelDir, template: str | Template | None = MODEL_TEMPLATE
     ) -> None:
         self.store = store
         self.models = models
-        self.template = template
+        self.model = entry_for(models)  # the registered model family (its spec, its loaders)
+        self.template = self.model.spec.template if template is MODEL_TEMPLATE else template
         self._last = threading.local()
-        self._image_tower = None
+        self._image_tower: ImageEmbedder | None = None
         self._lock = threading.RLock()
 
     @property
@@ -166,18 +178,13 @@ class Searcher:
 
     # -- models (lazy) ---------------------------------------------------------
     @property
-    def text_tower(self):
-        # A converted text tower (.tflite) serves queries without torch; else open_clip.
-        from wherein.indexer.models.text_tower_litert import load_query_encoder
-
-        return load_query_encoder(str(self.models.root))
+    def text_tower(self) -> TextEncoder:
+        return self.model.load_text(self.models)
 
     @property
-    def image_tower(self):
+    def image_tower(self) -> ImageEmbedder:
         if self._image_tower is None:
-            from wherein.indexer.models.image_tower import ImageTower
-
-            self._image_tower = ImageTower.from_models(self.models)
+            self._image_tower = self.model.load_image(self.models, None)
         return self._image_tower
 
     def probability(self, cosine) -> np.ndarray:
@@ -240,16 +247,16 @@ class Searcher:
         stored = self._indexed_vector(path)
         if stored is not None:
             return stored  # already embedded: no need to load the image tower
-        from wherein.indexer.imaging import DecodeError, decode, siglip_input
+        from wherein.indexer.imaging import DecodeError, decode
 
         try:
-            img, _ = decode(path, SIGLIP_IMAGE_SIZE)
+            img, _ = decode(path, self.model.spec.image.size)
         except DecodeError as exc:
             raise QueryError(f"{term.value}: {exc}") from None
         tower = self.image_tower
         if tower.space != self.models.space:  # pragma: no cover - same ModelDir
             raise ModelError(f"image tower space {tower.space!r} != {self.models.space!r}")
-        return unit_rows(tower.embed(siglip_input(img)[None]))[0]
+        return unit_rows(tower.embed(tower.preprocess(img)[None]))[0]
 
     def _indexed_vector(self, path: Path) -> np.ndarray | None:
         """The catalog's vector for this file when it is indexed and unchanged."""

@@ -145,6 +145,11 @@ class Query:
     def has_text(self) -> bool:
         return bool(self.text_terms)
 
+    def mask_prompt(self, override: str | None = None) -> str | None:
+        """What a mask of this query's hits segments: `override` (--mask-prompt) when given,
+        else the first text term the query asks for (a '-' term is what it does not want)."""
+        return override or next((t.value for t in self.text_terms if t.weight > 0), None)
+
     def validate(self) -> None:
         if not self.terms:
             raise QueryError("empty query: give some text, or an image with --like")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 
@@ -80,17 +81,41 @@ def pytest_collection_modifyitems(config, items):
     probes = {"convert": "litert_torch", "parity": "transformers", "scale": "ray"}
     import importlib.util
 
-    unit_dir = Path(__file__).parent / "unit"
     for item in items:
-        # Everything outside tests/unit runs the CLI, models or subprocesses end to end:
-        # `pytest -m "not slow"` is the quick, model-free part.
-        outside_unit = unit_dir not in Path(item.path).parents
-        if outside_unit or "standin_models" in getattr(item, "fixturenames", ()):
+        # `pytest -m "not slow"` is the quick part: slow is what a test uses (models,
+        # child processes, an extra's heavy runtime), wherever the test file lives.
+        if _uses_something_slow(item, probes):
             item.add_marker(pytest.mark.slow)
         for mark, module in probes.items():
             if mark in item.keywords and importlib.util.find_spec(module) is None:
                 item.add_marker(pytest.mark.skip(reason=f"needs the [{mark}] extra ({module})"))
     os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+# Modules whose import means the test file runs child processes or a heavy runtime.
+_SLOW_MODULES = frozenset({"subprocess", "multiprocessing", "launch", "ray", "playwright"})
+
+
+def _uses_something_slow(item, extras: dict[str, str]) -> bool:
+    if "standin_models" in getattr(item, "fixturenames", ()):
+        return True
+    if any(mark in item.keywords for mark in extras):
+        return True
+    module = getattr(item, "module", None)
+    imported = (
+        {
+            getattr(value, "__name__", "").split(".")[-1] if inspect.ismodule(value) else ""
+            for value in vars(module).values()
+        }
+        if module is not None
+        else set()
+    )
+    imported |= {
+        getattr(value, "__module__", "").split(".")[-1]
+        for value in (vars(module).values() if module is not None else ())
+        if inspect.isfunction(value) or inspect.isclass(value)
+    }
+    return bool(imported & _SLOW_MODULES)
 
 
 def cli_commands(group=None, prefix: str = "") -> dict:

@@ -110,6 +110,7 @@ def test_pull_offline_is_one_line_error(tmp_path, monkeypatch):
     )
 
 
+@pytest.mark.slow  # the demo builds stand-in models of its own
 def test_demo_runs_on_standins_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("WHEREIN_MODELS", str(tmp_path / "no-models"))
     r = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")])

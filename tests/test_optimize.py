@@ -37,9 +37,10 @@ def _cli():
 
 
 def _inputs(n: int = 12) -> np.ndarray:
-    from wherein.indexer.imaging import prepare_for_siglip
+    from wherein.indexer.imaging import prepare
+    from wherein.schemas.models import SIGLIP2
 
-    return np.stack([prepare_for_siglip(p.file_bytes()).pixels for p in variety(n)])
+    return np.stack([prepare(p.file_bytes(), SIGLIP2.image).pixels for p in variety(n)])
 
 
 def _outputs(path: Path, x: np.ndarray) -> dict[str, np.ndarray]:

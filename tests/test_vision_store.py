@@ -3,6 +3,7 @@ photos with the decoder only, and gets the masks a fresh pass would give."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -194,3 +195,17 @@ def test_a_restarted_server_reuses_the_passes(standin_models, shapes, tmp_path):
     blue, status = open_mask("blue")  # a new server, a new prompt on the same photo
     assert status["vision_passes"] == 0 and status["vision_passes_loaded"] == 1
     assert blue["bbox"] is None and status["decoder_runs"] == 1
+
+
+def test_cli_select_mask_keeps_passes_in_the_index_cache(env, shapes, tmp_path):
+    """select --mask takes the same path as search --mask: its passes are there for later."""
+    runner = CliRunner()
+    assert runner.invoke(cli, ["index", str(shapes), "-q"]).exit_code == 0
+    r = runner.invoke(
+        cli, ["select", "red", "-p", "0.5", "--mask", "--out", str(tmp_path / "m"), "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    hits = json.loads(r.stdout)
+    assert {Path(h["path"]).name for h in hits} == {"red_square.jpg", "red_disc.png"}
+    stored = list((env["index"] / "cache" / VISION_DIR).glob("*/*.npy"))
+    assert len(stored) == len(hits)

@@ -16,9 +16,10 @@ import os
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare_for_siglip, read_error
+from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare, read_error
 from wherein.indexer.ingest.walk import FoundFile
 from wherein.indexer.photometa import photo_meta_from_bytes
+from wherein.schemas.models import ImageInput
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def read_whole(path: str) -> tuple[bytes, int]:
     return data, after.st_mtime_ns
 
 
-def load_file(found: FoundFile, draft: bool = JPEG_DRAFT) -> Prepared | Unsettled:
+def load_file(found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT) -> Prepared | Unsettled:
     """Read, hash, decode and preprocess one walked file (runs in a decode thread)."""
     try:
         data, mtime_ns = read_whole(found.path)
@@ -65,7 +66,7 @@ def load_file(found: FoundFile, draft: bool = JPEG_DRAFT) -> Prepared | Unsettle
     except OSError as exc:
         # Unopenable: the walk's stat is all there is, and it is what the next run compares.
         return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
-    prepared = prepare_for_siglip(data, draft, mtime_ns)
+    prepared = prepare(data, spec, draft, mtime_ns)
     if not prepared.error:
         # From the bytes in hand: the metadata pass after the run never reopens this file.
         prepared.photo = photo_meta_from_bytes(data)

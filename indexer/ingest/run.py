@@ -22,7 +22,7 @@ from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers,
 from wherein.indexer.ingest.plan import Kind, Known, Plan, SkipEntry, Work, plan, route
 from wherein.indexer.ingest.read import Unsettled, load_file
 from wherein.indexer.ingest.walk import WalkProblem, under_any, walk
-from wherein.indexer.models.image_tower import ImageTower
+from wherein.indexer.models.registry import ImageEmbedder
 from wherein.indexer.photometa import fill_photos
 from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import IndexStore
@@ -94,7 +94,7 @@ class _Run:
         self.claimed: set[int] = set()
 
     def load(self, work: Work) -> Prepared | Unsettled:
-        return load_file(work.found, self.indexer.draft)
+        return load_file(work.found, self.indexer.tower.spec.image, self.indexer.draft)
 
     def route(self, work: Work, read: Prepared | Unsettled) -> Step[Routed]:
         d = route(work, read, self.plan, self.claimed)
@@ -118,7 +118,7 @@ class Indexer:
     def __init__(
         self,
         store: IndexStore,
-        tower: ImageTower,
+        tower: ImageEmbedder,
         workers: int | None = None,
         commit_every: int = 32,
         commit_seconds: float = 10.0,

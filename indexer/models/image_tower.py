@@ -6,12 +6,14 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
+from wherein.indexer.imaging import model_input
 from wherein.indexer.models.litert_graph import LiteRTGraph
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.normalize import unit_rows
 from wherein.schemas.errors import ModelError
-from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE, SIGLIP_IMAGE_SIZE
+from wherein.schemas.models import SIGLIP2, SIGLIP_IMAGE, EmbedderSpec
 
 
 def file_digest(path: Path, chunk: int = 1 << 20) -> str:
@@ -37,32 +39,42 @@ class ImageTower:
     `wherein models convert` adds e.g. batch 8, which runs ~2x faster per image.
     """
 
-    def __init__(self, path: Path, space: str, num_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        space: str,
+        num_threads: int | None = None,
+        spec: EmbedderSpec = SIGLIP2,
+    ) -> None:
         self.path = path
+        self.spec = spec
         self.graph = LiteRTGraph(path, num_threads)
         self.graph.check(SIGLIP_IMAGE.graphs[0])
-        size = SIGLIP_IMAGE_SIZE
+        size, dim = spec.image.size, spec.dim
         for sig in self.graph.signatures.values():
             b = sig.batch
-            if sig.input_shapes != [(b, 3, size, size)] or sig.output_shapes != [
-                (b, SIGLIP_EMBED_DIM)
-            ]:
+            if sig.input_shapes != [(b, 3, size, size)] or sig.output_shapes != [(b, dim)]:
                 raise ModelError(
                     f"{path.name}: signature {sig.key} is {sig.input_shapes} -> {sig.output_shapes}, "
-                    f"expected [B,3,{size},{size}] -> [B,{SIGLIP_EMBED_DIM}]"
+                    f"expected [B,3,{size},{size}] -> [B,{dim}]"
                 )
         self.batch_size = max(self.graph.batch_sizes)
         self.space = space
         self.model_id = tower_id(space, path)
-        self.dim = SIGLIP_EMBED_DIM
+        self.dim = dim
 
     @classmethod
     def from_models(cls, models: ModelDir, num_threads: int | None = None) -> ImageTower:
+        from wherein.indexer.models.registry import entry_for
+
         models.require(SIGLIP_IMAGE)
-        return cls(models.image_tower_file(), models.space, num_threads)
+        return cls(models.image_tower_file(), models.space, num_threads, entry_for(models).spec)
+
+    def preprocess(self, image: Image.Image) -> np.ndarray:
+        return model_input(image, self.spec.image)
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
-        """[n,3,224,224] -> [n,768] L2-normalised (re-normalised: guards against fp16 drift)."""
+        """[n,3,size,size] -> [n,dim] L2-normalised (re-normalised: guards against fp16 drift)."""
         big = self.graph.signature_for_batch(self.batch_size)
         assert big is not None  # batch_size is the largest of the graph's own batch sizes
         one = self.graph.signature_for_batch(1)

@@ -8,6 +8,8 @@ MODELS/
           token_embedding_f16.bin, text_projection_f16.bin, vocab.json, merges.txt
                                               litert-community/CLIPSeg-rd64-LiteRT
   STANDIN.json                                only in stand-in directories
+  MODEL.json                                  {"model": KEY, "space": ...}: another registered
+                                              embedding model (indexer/models/registry.py)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from wherein.schemas.errors import ModelError
 from wherein.schemas.models import (
     ALL_MODELS,
     CLIPSEG,
+    MODEL_MARKER,
     SIGLIP_IMAGE,
     SIGLIP_TEXT,
     STANDIN_MARKER,
@@ -71,10 +74,25 @@ class ModelDir:
         return self.standin_info is not None
 
     @property
+    def model_info(self) -> dict | None:
+        marker = self.root / MODEL_MARKER
+        return json.loads(marker.read_text()) if marker.is_file() else None
+
+    @property
+    def model_key(self) -> str:
+        """The registry key of the embedding model held here (indexer/models/registry.py)."""
+        info = self.model_info
+        if info and info.get("model"):
+            return str(info["model"])
+        return "standin" if self.is_standin else "siglip2"
+
+    @property
     def space(self) -> str:
         """The embedding space: image vectors and text queries must share it."""
-        info = self.standin_info
-        return str(info.get("space", "standin")) if info else REAL_SPACE
+        info = self.model_info or self.standin_info
+        if info is None:
+            return REAL_SPACE
+        return str(info.get("space", "standin" if self.is_standin else self.model_key))
 
     def image_tower_file(self) -> Path:
         """The image tower graph: a converted tower's manifest wins over the published file."""

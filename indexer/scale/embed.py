@@ -18,11 +18,10 @@ import numpy as np
 from wherein.indexer.imaging import JPEG_DRAFT, Prepared
 from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers, run_pipeline
 from wherein.indexer.ingest.walk import WalkProblem
-from wherein.indexer.models.image_tower import tower_id
 from wherein.indexer.models.modeldir import ModelDir
+from wherein.indexer.models.registry import entry_for
 from wherein.indexer.scale import records, shards
 from wherein.indexer.scale.sources import list_items, local_path
-from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE
 
 ENGINES = ("local", "ray")
 
@@ -49,10 +48,9 @@ class EmbedStats:
 
 
 def model_identity(models: ModelDir) -> tuple[str, str, str]:
-    """(model_id, space, file name) as ImageTower computes them, without loading the graph in the driver."""
-    models.require(SIGLIP_IMAGE)
-    path = models.image_tower_file()
-    return tower_id(models.space, path), models.space, path.name
+    """(model_id, space, file name) as the image side reports them, without loading it in the driver."""
+    model_id, model_file = entry_for(models).identify(models)
+    return model_id, models.space, model_file
 
 
 def embed(
@@ -91,7 +89,7 @@ def embed(
         shard_size,
         model_id,
         space,
-        SIGLIP_EMBED_DIM,
+        entry_for(models).spec.dim,
         lambda: list_items(srcs, stats.problems),
         model_file,
     )
@@ -149,15 +147,15 @@ def row_of(item_id: int, uri: str, res: Prepared, vector: np.ndarray | None) -> 
 
 def _run_local(plan, pending, writer, models, workers, threads, draft, progress) -> None:
     """The ingest pipeline `wherein index` runs; a commit hands finished rows to the shard writer."""
-    from wherein.indexer.models.image_tower import ImageTower
+    from wherein.indexer.models.registry import load_image_embedder
 
-    tower = ImageTower.from_models(models, threads)
+    tower = load_image_embedder(models, threads)
     table = plan.items(pending).to_pydict()
     uris = [shards.uri_of_cell(u) for u in table["uri"]]
     todo = zip(table["id"], table["shard"], uris, table["offset"], table["length"], strict=True)
 
     def load(t: tuple) -> Prepared:
-        return records.load(t[2], t[3], t[4], draft)
+        return records.load(t[2], tower.spec.image, t[3], t[4], draft)
 
     def route(t: tuple, res: Prepared) -> Step[tuple]:
         return Step((t, res), None if res.error else res.pixels)

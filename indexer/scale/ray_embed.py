@@ -11,11 +11,15 @@ the run hangs; the pool is sized to leave at least one CPU to them.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from wherein.indexer.models.modeldir import ModelDir
+from wherein.indexer.models.registry import entry_for
 from wherein.indexer.scale import records
 from wherein.indexer.scale.shards import uri_of_cell
-from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE_SIZE
+from wherein.schemas.models import ImageInput
 
 DECODE_BATCH = 16
 EMBED_BATCH = 32
@@ -33,9 +37,9 @@ def pool_size(total_cpus: float, actors: int | None, actor_cpus: float | None) -
     return actors, actor_cpus
 
 
-def decode_batch(batch: dict, draft: bool) -> dict:
+def decode_batch(batch: dict, draft: bool, spec: ImageInput) -> dict:
     n = len(batch["id"])
-    size = SIGLIP_IMAGE_SIZE
+    size = spec.size
     pixels = np.zeros((n, 3, size, size), np.float32)
     cols: dict[str, list[object]] = {
         k: [] for k in ("size", "mtime_ns", "sha256", "width", "height", "error")
@@ -43,6 +47,7 @@ def decode_batch(batch: dict, draft: bool) -> dict:
     for j in range(n):
         res = records.load(
             uri_of_cell(str(batch["uri"][j])),
+            spec,
             int(batch["offset"][j]),
             int(batch["length"][j]),
             draft,
@@ -67,15 +72,15 @@ class Embedder:
     def __init__(self, models_root: str, threads: int) -> None:
         from pathlib import Path
 
-        from wherein.indexer.models.image_tower import ImageTower
         from wherein.indexer.models.modeldir import ModelDir
+        from wherein.indexer.models.registry import load_image_embedder
 
-        self.tower = ImageTower.from_models(ModelDir(Path(models_root)), threads)
+        self.tower = load_image_embedder(ModelDir(Path(models_root)), threads)
 
     def __call__(self, batch: dict) -> dict:
         pixels = batch.pop("pixels")
         ok = np.array([not e for e in batch["error"]], dtype=bool)
-        vecs = np.zeros((len(ok), SIGLIP_EMBED_DIM), np.float32)
+        vecs = np.zeros((len(ok), self.tower.dim), np.float32)
         if ok.any():
             vecs[ok] = self.tower.embed(pixels[ok])
         batch["embedding"] = vecs
@@ -104,7 +109,7 @@ def run_ray(
             decode_batch,
             batch_size=DECODE_BATCH,
             batch_format="numpy",
-            fn_kwargs={"draft": draft},
+            fn_kwargs={"draft": draft, "spec": entry_for(ModelDir(Path(models_root))).spec.image},
             num_cpus=1,
             # A memory reservation of its own also keeps Ray from fusing the
             # decode tasks into the actors (decode must run in parallel tasks).

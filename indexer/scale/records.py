@@ -1,16 +1,19 @@
-"""Read one shard item and prepare it exactly as `wherein index` does (imaging.prepare_for_siglip)."""
+"""Read one shard item and prepare it exactly as `wherein index` does (imaging.prepare)."""
 
 from __future__ import annotations
 
-from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare_for_siglip, read_error
+from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare, read_error
 from wherein.indexer.scale.sources import read_item
+from wherein.schemas.models import ImageInput
 
 
-def load(uri: str, offset: int = -1, length: int = -1, draft: bool = JPEG_DRAFT) -> Prepared:
+def load(
+    uri: str, spec: ImageInput, offset: int = -1, length: int = -1, draft: bool = JPEG_DRAFT
+) -> Prepared:
     try:
         data, mtime_ns = read_item(uri, offset, length)
     except OSError as exc:
         return Prepared(error=read_error(exc))
     except Exception as exc:  # remote filesystems raise their own types
         return Prepared(error=f"cannot read: {type(exc).__name__}: {exc}")
-    return prepare_for_siglip(data, draft, mtime_ns)
+    return prepare(data, spec, draft, mtime_ns)

@@ -208,9 +208,8 @@ def select(
       wherein select dog -p 0.5 --mask --export dogs.coco.json
       wherein select dog -p 0.5 --mask --engine ray --export dogs.coco.json
     """
-    from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
     from wherein.search import output
-    from wherein.search.api import Query, add_masks, open_index
+    from wherein.search.api import MODEL_TEMPLATE, Query, add_masks, open_index
     from wherein.search.curate import select as S
 
     if copy_to and link_to:
@@ -226,9 +225,7 @@ def select(
     q.validate()
     if not q.has_text:
         raise click.UsageError("select needs a text term (the probability is calibrated for text)")
-    with open_index(
-        index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
-    ) as searcher:
+    with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
         standin_banner(searcher.models, fmt)
         hits = S.select(
             searcher,
@@ -243,13 +240,13 @@ def select(
         )
         for warning in searcher.last_warnings:
             click.echo(f"warning: {warning}", err=True)
-        models_root = searcher.models.root
+        models_root, index_root = searcher.models.root, searcher.store.dir
         labels = _stored_labels(searcher, hits) if category_from_labels else None
     dest = copy_to or link_to
     placements = (
         S.plan(hits, dest, "flat" if flat else "tree") if dest else []
     )  # checked before any work
-    prompt = next(t.value for t in q.text_terms if t.weight > 0) if mask else None
+    prompt = q.mask_prompt() if mask else None
     if prompt and engine == "ray":
         hits = _masks_on_ray(
             hits, prompt, export_path, export_fmt, models_root, labels, ray_address, fmt, index_dir
@@ -257,7 +254,9 @@ def select(
         _emit(hits, fmt, None, None, output.to_table)
     else:
         if prompt:
-            hits = add_masks(hits, prompt, out_dir or Path("wherein-masks"), models_root)
+            hits = add_masks(
+                hits, prompt, out_dir or Path("wherein-masks"), models_root, index_dir=index_root
+            )
         _emit(hits, fmt, export_path, export_fmt, output.to_table, prompt, labels, index_dir)
     if dest:
         made = S.materialise(placements, "link" if link_to else "copy")
@@ -376,15 +375,16 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
       wherein label --labels "cat,dog,car"
       wherein label -l "indoor,outdoor" --template "a photo taken {}" --export io.parquet
     """
-    from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
     from wherein.search.api import open_index
     from wherein.search.curate import labels as L
 
     if raw and template:
         raise click.UsageError("use --raw or --template, not both")
     names = L.parse_labels(labels)
-    tmpl = L.check_template(L.RAW_TEMPLATE if raw else (template or SIGLIP_PROMPT_TEMPLATE))
+    if template:
+        L.check_template(template)
     with open_index(index_dir, models_dir) as searcher:
+        tmpl = L.check_template(L.RAW_TEMPLATE if raw else (template or searcher.template or "{}"))
         standin_banner(searcher.models, fmt)
         run = L.compute_labels(searcher, names, tmpl)
         stored = 0 if no_store else L.store_labels(searcher.store.catalog, run)

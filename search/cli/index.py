@@ -84,13 +84,13 @@ def index(
     """
     from wherein.indexer import paths as P
     from wherein.indexer.ingest.run import Indexer
-    from wherein.indexer.models.image_tower import ImageTower
     from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.registry import load_image_embedder
     from wherein.indexer.store.index_store import IndexStore
 
     models = ModelDir(P.models_dir(models_dir))
     standin_banner(models, fmt)
-    tower = ImageTower.from_models(models, threads)
+    tower = load_image_embedder(models, threads)
     with IndexStore.open(
         P.index_dir(index_dir),
         write=True,
@@ -274,14 +274,14 @@ def status(index_dir, models_dir, check, fmt):
 
 def _models_against_index(root: Path, index_model_id: str | None) -> dict:
     """Would `wherein index` with these models keep the index's vectors? (None: cannot tell.)"""
-    from wherein.indexer.models.image_tower import tower_id
     from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.registry import entry_for
     from wherein.schemas.errors import ModelError
 
     models = ModelDir(root)
     out: dict = {"dir": str(root), "standin": models.is_standin, "model_id": None}
     try:
-        out["model_id"] = tower_id(models.space, models.image_tower_file())
+        out["model_id"] = entry_for(models).identify(models)[0]
     except (ModelError, OSError) as exc:
         out["problem"] = str(exc)
     out["matches_index"] = (

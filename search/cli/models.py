@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from wherein.schemas.models import ALL_MODELS
 from wherein.search.cli.options import echo_json, friendly_errors, json_option, models_option
 
 
@@ -27,9 +28,7 @@ def register(cli: click.Group) -> None:
 # -- pull ----------------------------------------------------------------------
 @models.command("pull")
 @models_option
-@click.option(
-    "--only", type=click.Choice(["siglip2-image", "siglip2-text", "clipseg"]), multiple=True
-)
+@click.option("--only", type=click.Choice([m.key for m in ALL_MODELS]), multiple=True)
 @click.option(
     "--optimize",
     "then_optimize",

@@ -149,9 +149,8 @@ def search(
       wherein search beach --taken 2024-06..2024-08 --near 43.7,7.26,20 --sort taken
     """
     from wherein.indexer import paths as P
-    from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
     from wherein.search import output
-    from wherein.search.api import Query, add_masks, open_index
+    from wherein.search.api import MODEL_TEMPLATE, Query, add_masks, open_index
 
     q = Query.build(list(query), add=add, subtract=subtract, like=like, unlike=unlike)
     q.validate()
@@ -160,9 +159,7 @@ def search(
     check_export_options(export_path, export_fmt, mask, index_dir, photos)
     if category_from_labels and not (mask and export_path):
         raise click.UsageError("--category-from-labels only applies with --mask --export")
-    with open_index(
-        index_dir, models_dir, template=None if raw else SIGLIP_PROMPT_TEMPLATE
-    ) as searcher:
+    with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
         standin_banner(searcher.models, fmt)
         hits = searcher.search(
             q,
@@ -187,7 +184,7 @@ def search(
             labels = best_labels(searcher.store.catalog, [h.id for h in hits])
     prompt = None
     if mask:
-        prompt = mask_prompt or next((t.value for t in q.text_terms if t.weight > 0), None)
+        prompt = q.mask_prompt(mask_prompt)
         if not prompt:
             raise click.UsageError(
                 "--mask needs a text term or --mask-prompt to know what to segment"

@@ -118,7 +118,7 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
     """
     import uvicorn
 
-    from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
+    from wherein.search.api import MODEL_TEMPLATE
     from wherein.search.web.app import create_app
 
     ctx = click.get_current_context()
@@ -137,7 +137,7 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
         app = create_app(
             index_dir,
             models_dir,
-            template=None if raw else SIGLIP_PROMPT_TEMPLATE,
+            template=None if raw else MODEL_TEMPLATE,
             allowed_hosts=None if loopback else ["*"],
             cache_mb=cache_mb,
             prefetch_masks=prefetch_masks,

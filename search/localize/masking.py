@@ -46,6 +46,7 @@ __all__ = [
     "Region",
     "add_masks_to_hits",
     "mask_file",
+    "mask_of",
     "regions",
     "stretch",
 ]
@@ -203,6 +204,17 @@ class MaskResult:
         return path
 
 
+def mask_of(
+    model, prompt: str, features: np.ndarray, size: tuple[int, int], cond: np.ndarray | None = None
+) -> MaskResult:
+    """The mask step every path shares: the decoder on an image's vision pass and the prompt's
+    condition (`cond`, when the caller encoded it once for many images), measured at the
+    photo's size."""
+    if cond is None:
+        cond = model.encode_prompt(prompt)
+    return MaskResult.from_probability(prompt, model.decode(features, cond), size)
+
+
 # -- images and hits -------------------------------------------------------------------
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
@@ -344,9 +356,7 @@ def mask_file(
     out: list[tuple[MaskResult, dict[str, str]]] = []
     used: set[str] = set()
     for prompt in prompts:
-        res = MaskResult.from_probability(
-            prompt, model.decode(seen.features, model.encode_prompt(prompt)), seen.size
-        )
+        res = mask_of(model, prompt, seen.features, seen.size)
         files: dict[str, str] = {}
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -445,7 +455,7 @@ def add_masks_to_hits(
             if on_error is not None:
                 on_error(hit, str(exc))
             return dict.fromkeys(HIT_MASK_FIELDS)
-        res = MaskResult.from_probability(prompt, model.decode(seen.features, cond), seen.size)
+        res = mask_of(model, prompt, seen.features, seen.size, cond)
         values = hit_values(res)
         if min_mask_area is not None and values["mask_area"] < min_mask_area:
             return values  # dropped below: no files for it

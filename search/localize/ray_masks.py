@@ -30,7 +30,7 @@ from wherein.search.export.labels import (
     encode_piece,
 )
 from wherein.search.localize.mask_shards import Item, MaskJob, Outcome, WorkFolder
-from wherein.search.localize.masking import MaskResult, hit_values, open_for_mask
+from wherein.search.localize.masking import hit_values, mask_of, open_for_mask
 from wherein.search.localize.vision_store import rounded
 
 # Seconds per stage, summed over images: what a run's time went to (bench_ray_masks).
@@ -50,7 +50,7 @@ def mask_item(
     t1 = time.perf_counter()
     features = rounded(model.image_features(image))  # as every mask path rounds it
     t2 = time.perf_counter()
-    res = MaskResult.from_probability(prompt, model.decode(features, cond), size)
+    res = mask_of(model, prompt, features, size, cond)
     values = hit_values(res)
     labelled = LabelledImage(
         item.id,

@@ -46,8 +46,8 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from wherein.schemas.errors import IndexError_, ModelError, WhereinError
-from wherein.schemas.models import SIGLIP_PROMPT_TEMPLATE
 from wherein.schemas.records import iso_time
+from wherein.search.api import MODEL_TEMPLATE, Template
 from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes, usable_cache
 from wherein.search.localize.vision_store import VISION_DIR, VisionStore
 from wherein.search.web import DEFAULT_PREFETCH_MASKS, schemas
@@ -95,7 +95,7 @@ class WebState:
         self,
         index_dir: Path,
         models_dir: Path | None,
-        template: str | None,
+        template: str | Template | None,
         cache_bytes: int | None = None,
         prefetch_masks: int = DEFAULT_PREFETCH_MASKS,
     ) -> None:
@@ -154,7 +154,7 @@ class WebState:
 def create_app(
     index_dir: str | Path | None = None,
     models_dir: str | Path | None = None,
-    template: str | None = SIGLIP_PROMPT_TEMPLATE,
+    template: str | Template | None = MODEL_TEMPLATE,
     allowed_hosts: list[str] | None = None,
     cache_mb: float | None = None,
     prefetch_masks: int = DEFAULT_PREFETCH_MASKS,
@@ -456,7 +456,7 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
         )
         total = len(hits) if min_probability is not None else None
         chunk = hits[end - per_page : end]
-        prompt = next((t.value for t in query.text_terms if t.weight > 0), None)
+        prompt = query.mask_prompt()
         if prompt and page == 1 and state.prefetch_masks > 0:
             first = [h.id for h in chunk[: state.prefetch_masks]]
             state.masks.prefetch([functools.partial(state.indexed, i) for i in first], prompt)

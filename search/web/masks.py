@@ -194,13 +194,11 @@ class MaskService:
 
     def _result(self, f: IndexedFile, prompt: str, pkey: str) -> tuple[Any, Seen]:
         """On the mask thread: the prompt's mask on the image (a decoder run on its pass)."""
-        from wherein.search.localize.masking import MaskResult
+        from wherein.search.localize.masking import mask_of
 
         model = self.model
         seen = self._vision(f, model)
-        res = MaskResult.from_probability(
-            prompt, model.decode(seen.features, model.encode_prompt(prompt)), seen.size
-        )
+        res = mask_of(model, prompt, seen.features, seen.size)
         self.decoder_runs += 1
         with self._lock:
             self._results[f"{f.key}/{pkey}"] = res

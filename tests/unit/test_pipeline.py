@@ -121,7 +121,7 @@ class SlowTower:
     def __init__(self, inner: ImageTower, sleep: float) -> None:
         self.inner, self.sleep = inner, sleep
         self.batch_size, self.model_id, self.space = inner.batch_size, inner.model_id, inner.space
-        self.dim, self.path = inner.dim, inner.path
+        self.dim, self.path, self.spec = inner.dim, inner.path, inner.spec
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
         time.sleep(self.sleep)

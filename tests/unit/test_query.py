@@ -86,3 +86,9 @@ def test_validate_needs_a_positive_term():
 def test_str_round_trips():
     q = Query.parse("beach:2 - people")
     assert Query.parse(str(q).replace("'", '"')).terms == q.terms
+
+
+def test_the_mask_prompt_is_the_first_wanted_text_term_unless_given():
+    assert Query.parse("- people + beach + sea").mask_prompt() == "beach"
+    assert Query.parse("beach").mask_prompt("the sand") == "the sand"
+    assert Query.build([]).like("ref.jpg").mask_prompt() is None

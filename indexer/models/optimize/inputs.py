@@ -16,9 +16,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from wherein.indexer.imaging import DecodeError, decode, prepare_for_siglip
+from wherein.indexer.imaging import DecodeError, decode, prepare
 from wherein.indexer.models.optimize import probes
-from wherein.schemas.models import CLIPSEG_IMAGE_SIZE
+from wherein.schemas.models import CLIPSEG_IMAGE_SIZE, SIGLIP2
 
 # Several prompts per image for the mask comparison. On the user's photos the
 # content is unknown, so the prompts are common subjects: most masks are empty
@@ -85,7 +85,7 @@ def load_sample(index_dir: Path | None, count: int = 32, clipseg_images: int = 6
         except OSError:
             continue
         t = time.thread_time()
-        prepared = prepare_for_siglip(data)
+        prepared = prepare(data, SIGLIP2.image)
         if timed < 8:
             decode_s += time.thread_time() - t
             timed += 1
@@ -134,7 +134,7 @@ def bundled_sample(count: int = 32, clipseg_images: int = 6, catalog_images: int
     files = [p.file_bytes() for p in probes.SELF_TEST[:4]]
     t = time.thread_time()
     for data in files:
-        prepare_for_siglip(data)
+        prepare(data, SIGLIP2.image)
     decode_ms = (time.thread_time() - t) / len(files) * 1000
     images, names = images[:count], names[:count]
     return Sample(

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
-from wherein.indexer.imaging import decode, prepare_for_siglip
+from wherein.indexer.imaging import decode, prepare
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.optimize.probes import SELF_TEST, Probe
 from wherein.schemas.models import (
@@ -35,6 +35,7 @@ from wherein.schemas.models import (
     CLIPSEG_MASK_THRESHOLD,
     CLIPSEG_MEAN,
     CLIPSEG_STD,
+    SIGLIP2,
     SIGLIP_IMAGE_SIZE,
     SIGLIP_MEAN,
     SIGLIP_PROMPT_TEMPLATE,
@@ -117,7 +118,7 @@ def _truth_352(probe: Probe) -> np.ndarray:
 
 
 def _pipeline_pixels(data: bytes) -> np.ndarray:
-    prepared = prepare_for_siglip(data)
+    prepared = prepare(data, SIGLIP2.image)
     if prepared.pixels is None:  # the probes are drawn images: they always decode
         raise ValueError(f"a self-test probe did not decode: {prepared.error}")
     return prepared.pixels
