@@ -267,7 +267,7 @@ def select(
 
 def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt) -> None:
     """--engine ray masks into a label export only; a bad --ray-address fails before the search."""
-    from wherein.search.export.formats import export_format
+    from wherein.search.export.formats import LABEL_FORMATS, export_format, listing
 
     if engine != "ray":
         if ray_address:
@@ -281,8 +281,7 @@ def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt) -
         )
     if not export_path or export_format(export_path, export_fmt).kind != "labels":
         raise click.UsageError(
-            "--engine ray writes the masks as labels: add --export FILE.coco.json "
-            "(or a .yolo or .masks folder)"
+            f"--engine ray writes the masks as labels: add --export {listing(LABEL_FORMATS)}"
         )
     if str(export_path) == "-":
         raise click.UsageError(

@@ -137,7 +137,7 @@ def export_options(masks: bool, rows: str = "hits") -> Callable[[Callable], Call
             "export_fmt",
             type=click.Choice(export_formats.choices(masks)),
             default=None,
-            help=export_formats.FORMAT_HELP,
+            help=export_formats.EXPORT_FORMAT_HELP,
         )(f)
         return click.option(
             "--export",
@@ -180,11 +180,11 @@ def check_export_options(
 
     f = export_formats.export_format(export_path, export_fmt, masks=mask is not None)
     if f.kind == "labels" and not mask:
-        tables = ", ".join(export_formats.TABLE_FORMATS)
+        tables = export_formats.listing(export_formats.TABLE_FORMATS)
         raise click.UsageError(
             f"a {f.name} export holds masks: add --mask"
             if mask is not None
-            else f"a {f.name} export holds masks, and this command makes none: export {tables}"
+            else f"a {f.name} export holds masks, and this command makes none: export to {tables}"
         )
     return check_export(export_path, f.name, export_keep(index_dir, inputs), masks=mask is not None)
 

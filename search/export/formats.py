@@ -80,20 +80,21 @@ def choices(masks: bool) -> tuple[str, ...]:
     return EXPORT_FORMATS if masks else TABLE_FORMATS
 
 
-def _listing(names: Sequence[str]) -> str:
+def listing(names: Sequence[str]) -> str:
+    """The formats' destinations in words: '.csv, .jsonl or .parquet'."""
     shapes = [FORMATS[n].shape for n in names]
     return ", ".join(shapes[:-1]) + f" or {shapes[-1]}" if len(shapes) > 1 else shapes[0]
 
 
 def export_help(masks: bool, rows: str = "hits") -> str:
     """The --export help of a command; masks: whether it has --mask."""
-    text = f"Also write the {rows} to FILE ({_listing(TABLE_FORMATS)}; - for standard output)"
+    text = f"Also write the {rows} to FILE ({listing(TABLE_FORMATS)}; - for standard output)"
     if masks:
-        text += f"; with --mask, the masks as labels ({_listing(LABEL_FORMATS)})"
+        text += f"; with --mask, the masks as labels ({listing(LABEL_FORMATS)})"
     return text + ". Never into the index folder; a symlink is written through to its target."
 
 
-FORMAT_HELP = "Export format [default: from the FILE extension; needed with --export -]."
+EXPORT_FORMAT_HELP = "Export format [default: from the FILE extension; needed with --export -]."
 
 
 def export_format(path: str | Path, fmt: str | None = None, masks: bool = True) -> Format:
