@@ -108,7 +108,8 @@ def export_format(path: str | Path, fmt: str | None = None, masks: bool = True) 
             raise ExportError(f"unknown export format {fmt!r} (choose from {', '.join(allowed)})")
         return FORMATS[fmt]
     if str(path) == STDOUT:
-        raise ExportError(f"--export - (standard output) needs --format ({', '.join(allowed)})")
+        streams = [n for n in allowed if FORMATS[n].layout == "file"]
+        raise ExportError(f"--export - (standard output) needs --format ({', '.join(streams)})")
     name = Path(path).name.lower()
     # Longest suffix first: "dogs.coco.json" is COCO, not JSON lines.
     by_suffix = sorted(
