@@ -174,6 +174,23 @@ def test_a_full_device_is_one_error_line_and_exit_1(indexed, tmp_path):
         assert stat.S_ISCHR(os.lstat(device).st_mode)  # still the device
 
 
+def test_a_full_standard_output_is_one_error_line_and_exit_1(indexed):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        res = subprocess.run(
+            [sys.executable, "-m", "wherein.search.cli", *COMMANDS["search"]]
+            + ["--export", "-", "--format", "csv"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    lines = error_lines(res.stderr)
+    assert res.returncode == 1, res.stderr
+    assert lines == ["Error: standard output: cannot write (No space left on device)"]
+
+
 def test_a_full_device_fails_select_too(indexed, tmp_path):
     for device in _full_devices(tmp_path):
         res = run(*COMMANDS["select"], "--export", device, "--format", "jsonl", ok=False)
