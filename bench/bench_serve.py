@@ -2,13 +2,17 @@
 thumbnails, previews and masks; bounded in requests and in time.
 
     .venv/bin/python bench/bench_serve.py --images 200 --clients 32 --requests 3000
+    .venv/bin/python bench/bench_serve.py --clients 32 --requests 1000 --rounds 4   # RSS curve
 
 Builds a synthetic photo set and indexes it with the stand-in models (no model download),
 starts a real `wherein serve` process on 127.0.0.1 with a free port, then runs the
 clients (threads, one keep-alive connection each) until --requests are done or
 --seconds have passed. Every response must be a 200 with a body; any other outcome is
 counted as an error and listed. Prints latency percentiles per kind of request and
-writes the table to bench/results/serve.md when --write is given.
+writes the table to bench/results/serve.md when --write is given. With --rounds N the
+load runs N times over one server, and the server's resident memory (VmRSS, and its
+peak VmHWM, from /proc) is sampled before the first round and after each: a server
+whose memory is bounded stops growing after the first.
 
 Nothing here listens on anything but 127.0.0.1, and nothing leaves the machine.
 """
@@ -156,6 +160,38 @@ def run_load(port: int, ids: list[int], clients: int, requests: int, seconds: fl
     return {"latencies": latencies, "errors": errors, "wall_s": wall}
 
 
+def rss_mb(pid: int) -> tuple[float, float]:
+    """The process's resident and peak resident memory in MB (Linux /proc)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def merge(results: list[dict]) -> dict:
+    latencies: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        for kind, values in r["latencies"].items():
+            latencies[kind] += values
+    return {
+        "latencies": latencies,
+        "errors": [e for r in results for e in r["errors"]],
+        "wall_s": sum(r["wall_s"] for r in results),
+    }
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def percentiles(values: list[float]) -> dict[str, float]:
     a = np.array(values)
     return {
@@ -174,6 +210,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000, help="stop after this many")
     ap.add_argument("--seconds", type=float, default=300, help="stop after this long")
     ap.add_argument("--cache-mb", type=float, default=512)
+    ap.add_argument("--rounds", type=int, default=1, help="run the load this many times")
+    ap.add_argument("--models", type=Path, help="a models folder (default: stand-ins)")
     ap.add_argument("--write", action="store_true", help="write bench/results/serve.md")
     args = ap.parse_args()
 
@@ -182,7 +220,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="wherein-bench-serve-"))
     server = None
     try:
-        models = build_standin_models(work / "models")
+        models = args.models or build_standin_models(work / "models")
         photos, index = work / "photos", work / "index"
         photos.mkdir()
         make_photos(photos, args.images)
@@ -195,7 +233,12 @@ def main() -> None:
         status, body = warm.get("/api/search?q=red&per_page=200")
         assert status == 200, body[:200]
         ids = [h["id"] for h in json.loads(body)["hits"]]
-        result = run_load(port, ids, args.clients, args.requests, args.seconds)
+        memory = [rss_mb(server.pid)]
+        rounds = []
+        for _ in range(args.rounds):
+            rounds.append(run_load(port, ids, args.clients, args.requests, args.seconds))
+            memory.append(rss_mb(server.pid))
+        result = merge(rounds)
         cache = json.loads(warm.get("/api/status")[1])["cache"]
     finally:
         if server is not None:
@@ -218,16 +261,22 @@ def main() -> None:
     command = (
         f".venv/bin/python bench/bench_serve.py --images {args.images} --clients {args.clients} "
         f"--requests {args.requests} --seconds {args.seconds:g} --cache-mb {args.cache_mb:g}"
+        + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
+        + (f" --models {args.models}" if args.models else "")
     )
+    curve = [
+        f"| {i} | {i * args.requests if i else 0} | {rss:.0f} | {peak:.0f} |"
+        for i, (rss, peak) in enumerate(memory)
+    ]
     load = os.getloadavg()[0]
     report = "\n".join(
         [
             "# Web app load test (loopback)",
             "",
             f"Command: `{command}`",
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other jobs "
+            f"Machine: {cpu_model()}, {os.cpu_count()} cores shared with other jobs "
             f"(load average {load:.1f} at the end), Python {platform.python_version()}; "
-            "stand-in models.",
+            + (f"models {args.models.name}." if args.models else "stand-in models."),
             "",
             f"{args.images} synthetic photos (640x480 to 1024x768 JPEGs), indexed, then one "
             f"`wherein serve` process on 127.0.0.1 and {args.clients} client threads, one "
@@ -245,6 +294,12 @@ def main() -> None:
             "| request | n | p50 ms | p90 ms | p99 ms | max ms |",
             "|---|---|---|---|---|---|",
             *rows,
+            "",
+            "Server memory (after the round; round 0: started, one search answered):",
+            "",
+            "| round | requests so far | RSS MB | peak RSS MB |",
+            "|---|---|---|---|",
+            *curve,
             "",
         ]
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +36,15 @@ except ImportError:  # pragma: no cover - optional at runtime
 
 # Truncated files must fail, not decode as half-grey images.
 ImageFile.LOAD_TRUNCATED_IMAGES = False
-MAX_PIXELS = 178_956_970  # Pillow's default bomb limit; above it we refuse, not warn
+# The one size rule (index, mask, web app): at most this many pixels are ever decoded, 537 MB
+# as RGB. A JPEG decodes reduced (libjpeg scales 1/2, 1/4, 1/8) until it fits, so a 200-MP
+# phone photo is read at 1/2 (50 MP); other formats decode whole and above it are refused
+# as decompression bombs.
+MAX_PIXELS = 178_956_970  # Pillow's own hard limit
+# Pillow's check counts the declared size (not what a reduced JPEG decode reads), and below
+# its error it warns through the warnings module, whose filters threads cannot set safely:
+# decode() applies the rule above instead.
+Image.MAX_IMAGE_PIXELS = None
 JPEG_DRAFT = True  # decode JPEGs at reduced scale when >= 2x the model input (bench/bench_index.py)
 
 IMAGE_EXTENSIONS = frozenset(
@@ -94,27 +101,29 @@ def decode(
     if data is not None and not data:
         raise DecodeError("empty file")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img: Image.Image = Image.open(io.BytesIO(data) if data is not None else source)
-            w, h = img.size
-            if w * h > MAX_PIXELS:
-                raise DecodeError(
-                    f"decompression bomb: {w}x{h} pixels exceeds the {MAX_PIXELS:,} limit"
-                )
-            if img.getexif().get(0x0112) in _SWAPS_AXES:
-                w, h = h, w
-            if draft_size and img.format == "JPEG":
-                img.draft("RGB", (draft_size * 2, draft_size * 2))
-            img.seek(0)  # first frame of GIF/WebP/TIFF stacks
-            img.load()
-            img = ImageOps.exif_transpose(img)
-            return to_rgb(img), (w, h)
+        img: Image.Image = Image.open(io.BytesIO(data) if data is not None else source)
+        w, h = img.size
+        if img.format == "JPEG":
+            scale = jpeg_scale(w, h, draft_size)
+            if scale > 1:
+                img.draft("RGB", (w // scale, h // scale))
+        dw, dh = img.size  # what load() will decode (reduced by draft)
+        if dw * dh > MAX_PIXELS:
+            raise DecodeError(
+                f"decompression bomb: {w}x{h} pixels, over the {MAX_PIXELS:,} wherein decodes"
+            )
+        if img.getexif().get(0x0112) in _SWAPS_AXES:
+            w, h = h, w
+        img.seek(0)  # first frame of GIF/WebP/TIFF stacks
+        img.load()
+        # In place: a copy would double the memory of a photo that needs no turning.
+        ImageOps.exif_transpose(img, in_place=True)
+        return to_rgb(img), (w, h)
     except DecodeError:
         raise
     except UnidentifiedImageError:
         raise DecodeError("not an image (unrecognised format)") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+    except Image.DecompressionBombError as exc:  # a plugin's own check
         raise DecodeError(f"decompression bomb: {exc}") from None
     except OSError as exc:
         msg = str(exc)
@@ -124,6 +133,17 @@ def decode(
     except Exception as exc:  # noqa: BLE001 - decoder plugins raise struct.error, IndexError, ...
         # One malformed file must never stop a run: whatever a decoder raises is a skip reason.
         raise DecodeError(f"corrupt image ({type(exc).__name__}: {exc})") from None
+
+
+def jpeg_scale(w: int, h: int, draft_size: int | None = None) -> int:
+    """The libjpeg reduction (1, 2, 4 or 8) a w x h JPEG decodes at: the most that keeps both
+    sides at least twice draft_size (Pillow's draft rule), and at least what fits MAX_PIXELS."""
+    fits = next((s for s in (1, 2, 4) if -(-w // s) * -(-h // s) <= MAX_PIXELS), 8)
+    wanted = 1
+    if draft_size:
+        room = min(w, h) // (2 * draft_size)
+        wanted = next((s for s in (8, 4, 2) if room >= s), 1)
+    return max(fits, wanted)
 
 
 def to_rgb(img: Image.Image) -> Image.Image:

@@ -16,6 +16,14 @@ class WhereinError(Exception):
     exit_code = 1
 
 
+class UsageError(WhereinError):
+    """A value the user gave cannot be used as given (a malformed query, a weight or an option
+    value out of range, a pattern that does not parse): a usage error, exit status 2 as for
+    click's own checks of options."""
+
+    exit_code = 2
+
+
 class ModelError(WhereinError):
     """A model file is missing or does not match its contract."""
 

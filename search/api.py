@@ -66,6 +66,7 @@ from wherein.schemas.errors import IndexError_, ModelError
 from wherein.schemas.records import Hit
 from wherein.search.photofilter import Near, PhotoFilter, TakenRange
 from wherein.search.query import SORT_KEYS, Query, QueryError, Term
+from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, rank_order
 
 __all__ = [
     "Hit",
@@ -286,6 +287,8 @@ class Searcher:
     ) -> list[Hit]:
         """Hits for a query; see the module docstring for the selection rules."""
         photo = PhotoFilter.parse(taken, camera, near)
+        for pattern in _as_list(glob):  # refused before any model loads
+            _glob_matcher(pattern)
         if sort not in SORT_KEYS:
             raise QueryError(f"unknown sort key {sort!r} (choose from {', '.join(SORT_KEYS)})")
         if k is not None and k < 1:
@@ -305,6 +308,11 @@ class Searcher:
         with self._lock:
             self.store.ensure_vectors(persist=False)  # cheap when current; catches up after a crash
             empty = self.store.vectors.ntotal == 0  # not count(*): that scans the vector blobs
+            if self.store.vectors.damaged:
+                self.last_warnings = [
+                    f"{self.store.dir}: {self.store.vectors.damaged}; searched vectors rebuilt "
+                    "from the catalog in memory (`wherein status --check` repairs the file)"
+                ]
         if empty:
             q.validate()
             self.last_timings = {
@@ -321,7 +329,7 @@ class Searcher:
         with self._lock:
             allowed = self._filter_ids(under, glob)
             if allowed is not None and not len(allowed):
-                self.last_warnings = self._empty_folders(under)
+                self.last_warnings = self.last_warnings + self._empty_folders(under)
             if photo is not None:
                 allowed = photo.ids(self.store.catalog, allowed)
             ids = self._candidates(qv, k, min_probability, min_score, allowed)
@@ -385,13 +393,14 @@ class Searcher:
             threshold = (qv.full, float(min_score))
         if threshold is not None:
             vec, cos = threshold
-            radius = cos - _APPROX_MARGIN if approx else cos
+            # _join keeps exact scores down to cos - THRESHOLD_SLACK; FAISS's own float32
+            # scores are off by ~1e-7 (flat) or ~1e-3 (SQ8), so ask it for a little more.
+            radius = cos - (_APPROX_MARGIN if approx else 2 * THRESHOLD_SLACK)
             # "All matches" is a promise: an IVF range search probes every list (a scan of
             # the 1-byte codes, still 4x less memory traffic than Flat), not just nprobe.
-            # FAISS keeps scores > radius; nudge so == counts as a match.
             _, _, ids = index.range_search(
                 vec[None].astype(np.float32),
-                np.nextafter(radius, -2.0),
+                radius,
                 params=_params(selector, nlist if nprobe else 0),
             )
             return np.unique(ids.astype(np.int64))
@@ -400,14 +409,21 @@ class Searcher:
         # Approximate scores: over-fetch, the exact re-scoring in _join picks the true top k.
         fetch = min(available, want * 4 if approx else want)
         while True:
-            _, ids = index.search(
+            dist, ids = index.search(
                 qv.full[None].astype(np.float32), max(1, fetch), params=_params(selector, nprobe)
             )
-            got = ids[0][ids[0] >= 0]
+            found = ids[0] >= 0
+            got, dist = ids[0][found], dist[0][found]
             # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
-            if len(got) >= min(want, available) or not nprobe or nprobe >= nlist:
-                return got.astype(np.int64)
-            nprobe = min(nlist, nprobe * 4)
+            if len(got) < min(want, available) and nprobe and nprobe < nlist:
+                nprobe = min(nlist, nprobe * 4)
+                continue
+            # Hits tied with the last one wanted may lie past the cut, and which of them FAISS
+            # returned depends on the CPU: fetch until the tie is inside, _join breaks it by id.
+            if fetch < available and len(got) == fetch and _tied(dist, min(want, len(got))):
+                fetch = min(available, fetch * 2)
+                continue
+            return got.astype(np.int64)
 
     def _join(
         self, qv: QueryVectors, ids: np.ndarray, k, min_probability, min_score, check_exists
@@ -420,17 +436,16 @@ class Searcher:
         if len(got) == 0:
             return []
         vecs = unit_rows(vecs)
-        scores = vecs @ qv.full
-        text_cos = vecs @ qv.text if qv.text is not None else None
+        scores = exact_scores(vecs, qv.full)
+        text_cos = exact_scores(vecs, qv.text) if qv.text is not None else None
         probs = self.text_tower.probability(text_cos) if text_cos is not None else None
         keep = np.ones(len(got), dtype=bool)
         if min_probability is not None and text_cos is not None:
-            keep &= text_cos >= self.text_tower.cosine_for_probability(min_probability) - 1e-7
+            cos = self.text_tower.cosine_for_probability(min_probability)
+            keep &= text_cos >= cos - THRESHOLD_SLACK
         if min_score is not None:
-            keep &= scores >= min_score - 1e-7
-        order = [
-            i for i in np.lexsort((got, -scores)) if keep[i]
-        ]  # by score, ties by id: stable output
+            keep &= scores >= min_score - THRESHOLD_SLACK
+        order = [i for i in rank_order(scores, got) if keep[i]]
         limit = (
             k
             if k is not None
@@ -497,6 +512,12 @@ def _params(selector, nprobe: int):
     return faiss.SearchParameters(sel=selector)  # type: ignore[call-arg, unused-ignore]
 
 
+def _tied(dist: np.ndarray, want: int) -> bool:
+    """Whether FAISS's last score may equal the want-th one (at ranking precision, plus its
+    own float32 noise)."""
+    return bool(want and dist[-1] >= dist[want - 1] - 2 * THRESHOLD_SLACK)
+
+
 def _check_dim(got: int, want: int, what: str) -> None:
     if want and got != want:
         raise IndexError_(
@@ -525,12 +546,32 @@ def _as_list(v) -> list:
 
 def _glob_matcher(pattern: str):
     """No "/": match the file name; with "/": the path (relative patterns match a tail)."""
+    _check_glob(pattern)
     pat = os.path.expanduser(pattern).lower()
     if "/" not in pat:
         return lambda path: fnmatch.fnmatchcase(os.path.basename(path).lower(), pat)
     if not pat.startswith("/"):
         pat = "*/" + pat
     return lambda path: fnmatch.fnmatchcase(path.lower(), pat)
+
+
+def _check_glob(pattern: str) -> None:
+    """fnmatch reads a '[' that is never closed as a literal '[': a pattern typed as '['
+    would match nothing, silently. Refuse it (its own way to match a '[' is '[[]')."""
+    i, n = 0, len(pattern)
+    while i < n:
+        c, i = pattern[i], i + 1
+        if c != "[":
+            continue
+        j = i + (i < n and pattern[i] == "!")
+        j += j < n and pattern[j] == "]"  # a ']' first in a set is a member, not its end
+        j = pattern.find("]", j)
+        if j < 0:
+            raise QueryError(
+                f"--glob {pattern!r}: a '[' starts a set of characters that is never closed "
+                "with ']' (to match a '[' itself, write [[])"
+            )
+        i = j + 1
 
 
 def _sort(hits: list[Hit], key: str, reverse: bool) -> None:

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from wherein.schemas.errors import WhereinError
+from wherein.schemas.errors import UsageError
 
 DEFAULT_NEAR_KM = 10.0
 EARTH_RADIUS_KM = 6371.0088
@@ -48,7 +48,7 @@ _STEPS = {
 }
 
 
-class FilterError(WhereinError):
+class FilterError(UsageError):
     """A --taken, --camera or --near value that cannot be understood."""
 
 

@@ -33,11 +33,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wherein.schemas.errors import WhereinError
+from wherein.schemas.errors import UsageError
 
 
-class QueryError(WhereinError):
-    """The query cannot be parsed or has nothing to search for."""
+class QueryError(UsageError):
+    """The query cannot be parsed or has nothing to search for (a usage error: exit 2)."""
 
 
 # Orders of the hits after the cut (api.Searcher.search). Here, not in api, so the CLI
@@ -221,10 +221,22 @@ def _split_weight(s: str) -> tuple[str, float]:
 
 
 def _split_image_weight(s: str) -> tuple[str, float]:
-    # A file literally named "x.jpg:2" wins over the weight reading.
-    try:
-        if Path(s).expanduser().exists():
-            return s, 1.0
-    except (OSError, ValueError):  # a NUL byte, a name too long: not an existing file
-        pass
+    # A file literally named "x.jpg:2" (or "x.jpg:abc") wins over the weight reading.
+    if _exists(s):
+        return s, 1.0
+    head, colon, tail = s.rpartition(":")
+    if colon and not _WEIGHT.match(s.strip()):
+        # "ref.jpg:abc": a weight typed wrong, not a file name (that file does not exist).
+        where = "" if _exists(head) else f"no image file {s!r} or {head!r}, and "
+        raise QueryError(
+            f"--like/--unlike {s!r}: {where}{tail!r} after ':' is not a weight "
+            f"(a number from {MIN_WEIGHT:g} to {MAX_WEIGHT:g})"
+        )
     return _split_weight(s)
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).expanduser().exists()
+    except (OSError, ValueError):  # a NUL byte, a name too long: not an existing file
+        return False

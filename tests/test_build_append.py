@@ -247,3 +247,187 @@ def test_interrupted_append_is_repaired_and_can_be_rerun(tmp_path, monkeypatch):
     stats = build_index([b], index, append=True)
     assert stats.added == 70 and stats.duplicates == 50
     assert _check(index)["images"] == 180
+
+
+def _build_cli(*args: str):
+    from wherein.search.cli import cli
+
+    return CliRunner().invoke(cli, ["build-index", *args, "--json"])
+
+
+@pytest.mark.parametrize("where", ["footer", "pages"])
+def test_damaged_shard_is_one_line_and_a_rerun_builds(tmp_path, where):
+    """A shard overwritten with random bytes: one `Error:` line naming it, exit 1. Damage the
+    footer check catches leaves no index at all; damage found while reading (pages behind an
+    intact footer) leaves an unfinished build that the same command, re-run, starts over."""
+    rng = np.random.default_rng(4)
+    emb = _vector_dir(tmp_path / "emb", rng.normal(size=(120, 768)).astype(np.float32), "a")
+    shard = emb / "shards" / "shard-00001.parquet"
+    good = shard.read_bytes()
+    bad = bytearray(good)
+    if where == "footer":
+        bad[:] = rng.bytes(len(good))
+    else:  # the column chunks, not the header magic nor the footer
+        bad[64 : len(good) // 2] = rng.bytes(len(good) // 2 - 64)
+    shard.write_bytes(bytes(bad))
+    index = tmp_path / "idx"
+    res = _build_cli(str(emb), "--index", str(index))
+    assert res.exit_code == 1, res.output
+    line = res.stderr.strip()
+    assert "\n" not in line and line.startswith(f"Error: {shard}: damaged shard"), line
+    if where == "footer":
+        assert not index.exists()  # nothing half-made
+    shard.write_bytes(good)
+    res = _build_cli(str(emb), "--index", str(index))
+    assert res.exit_code == 0, res.output
+    assert _check(index)["images"] == 120
+
+
+def test_killed_fresh_build_reruns_as_it_was(tmp_path):
+    """SIGKILL in the middle of a fresh build (after its first shard's rows): running the same
+    command again builds the whole index, with no --append and nothing counted twice."""
+    import subprocess
+
+    from launch import python_argv
+
+    rng = np.random.default_rng(5)
+    emb = _vector_dir(tmp_path / "emb", rng.normal(size=(180, 768)).astype(np.float32), "k")
+    index = tmp_path / "idx"
+    script = (
+        "import os, signal, sys\n"
+        "from wherein.indexer.scale import catalog_fill\n"
+        "from wherein.indexer.scale.build_index import build_index\n"
+        "real, calls = catalog_fill.shard_time, []\n"
+        "def kill_at_third(ref):\n"
+        "    calls.append(ref)\n"
+        "    if len(calls) == 3:\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return real(ref)\n"
+        "catalog_fill.shard_time = kill_at_third\n"
+        "build_index([sys.argv[1]], sys.argv[2])\n"
+    )
+    child = subprocess.run(
+        python_argv("-c", script, str(emb), str(index)), capture_output=True, timeout=300
+    )
+    assert child.returncode == -9, child.stderr
+    assert (index / "catalog.db").exists() and not (index / "vectors.faiss").exists()
+    res = _build_cli(str(emb), "--index", str(index))
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.stdout)
+    assert stats["vectors"] == stats["added"] == 180 and stats["duplicates"] == 0
+    assert _check(index)["images"] == 180
+    # Once finished, the index is the user's: the same command refuses to overwrite it.
+    res = _build_cli(str(emb), "--index", str(index))
+    assert res.exit_code == 1 and "already holds an index" in res.output
+
+
+def test_embed_out_on_a_device_is_one_line(tmp_path, standin_models):
+    """--out naming something that is not a folder (here a character device): one line, and the
+    device is left as it was."""
+    import os
+    import stat
+
+    from wherein.search.cli import cli
+
+    _reds(tmp_path / "photos", 2)
+    res = CliRunner().invoke(
+        cli,
+        ["embed", str(tmp_path / "photos"), "--out", os.devnull, "--models", str(standin_models)],
+    )
+    assert res.exit_code == 1, res.output
+    assert (
+        res.stderr.strip()
+        == f"Error: {os.devnull}: exists and is not a folder; choose another embed directory"
+    )
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+@pytest.mark.parametrize("budget", ["-1G", "0", "1", "inf"])
+def test_max_memory_out_of_bounds_is_a_usage_error(tmp_path, budget):
+    rng = np.random.default_rng(6)
+    emb = _vector_dir(tmp_path / "emb", rng.normal(size=(60, 768)).astype(np.float32), "m")
+    index = tmp_path / "idx"
+    res = _build_cli(str(emb), "--index", str(index), f"--max-memory={budget}")
+    assert res.exit_code == 2, res.output
+    assert "--max-memory" in res.stderr and "wrote block" not in res.stderr
+    assert not index.exists()
+
+
+def test_resumed_append_summarises_the_rows_it_meets_again(tmp_path, monkeypatch):
+    """An append stopped after its first shard, run again: the shard it wrote before is one
+    line (how many paths, which source kept, which dropped), not one line per path."""
+    from wherein.indexer.scale import catalog_fill
+    from wherein.indexer.scale.build_index import build_index
+    from wherein.search.cli import cli
+
+    rng = np.random.default_rng(7)
+    a = _vector_dir(tmp_path / "a", rng.normal(size=(60, 768)).astype(np.float32), "a")
+    b = _vector_dir(tmp_path / "b", rng.normal(size=(120, 768)).astype(np.float32), "b")
+    index = tmp_path / "idx"
+    build_index([a], index)
+    real = catalog_fill.shard_time
+
+    def stop_at_second_shard(ref, calls=[]):  # noqa: B006 - counts calls across this test
+        calls.append(ref)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(ref)
+
+    monkeypatch.setattr(catalog_fill, "shard_time", stop_at_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        build_index([b], index, append=True)
+    monkeypatch.setattr(catalog_fill, "shard_time", real)
+    res = CliRunner().invoke(cli, ["build-index", str(b), "--index", str(index), "--append"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    (head,) = [n for n, line in enumerate(lines) if "in more than one place" in line]
+    assert lines[head].startswith("50 path(s)")
+    assert lines[head + 1].startswith("  50: kept the index") and "shard-00000" in lines[head + 1]
+    assert not any("/synthetic/" in line for line in lines)  # no per-path examples
+
+
+def test_fewer_vectors_than_ivf_lists_build_exact_under_any_budget(tmp_path):
+    """60 vectors under a 32K budget: too big for the budget as Flat, too few to train 64 IVF
+    lists (FAISS raised); the index is exact."""
+    rng = np.random.default_rng(8)
+    emb = _vector_dir(tmp_path / "emb", rng.normal(size=(60, 768)).astype(np.float32), "f")
+    index = tmp_path / "idx"
+    res = _build_cli(str(emb), "--index", str(index), "--max-memory=32K")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["kind"] == "flat"
+    assert _check(index)["images"] == 60
+
+
+def test_embed_and_build_index_carry_the_photo_metadata(env, tmp_path):
+    """EXIF read by `wherein embed` reaches the catalog through the shards: hits from an index
+    built by embed + build-index carry the same taken / camera / gps as `wherein index`
+    gives them, and --camera / --near filter on them."""
+    from test_photos import exif
+
+    photos = tmp_path / "photos"
+    specs = {
+        "paris.jpg": exif(
+            "Canon", "Canon EOS R5", "2024:06:15 14:03:22", "+02:00", 48.8584, 2.2945
+        ),
+        "nyc.jpg": exif("Apple", "iPhone 15", "2023:12:24 18:00:00", "-05:00", 40.7128, -74.006),
+        "lens.jpg": exif("SONY", "ILCE-7M3", "2024:08:31 23:59:59", lens="FE 35mm", orientation=1),
+    }
+    for name, data in specs.items():
+        draw_shape(photos / name, "red", exif=data, quality=95)
+    draw_shape(photos / "scan.png", "red")  # no EXIF at all
+
+    def hits(index: Path, *args: str) -> dict[str, dict]:
+        found = _cli("search", "red", "-k", "10", "--index", str(index), *args)
+        fields = ("taken", "taken_source", "camera", "gps", "lens")
+        listed = found["hits"] if isinstance(found, dict) else found
+        return {Path(h["path"]).name: {k: h.get(k) for k in fields} for h in listed}
+
+    _cli("index", str(photos), "--index", str(tmp_path / "direct"))
+    emb = _embed(photos, tmp_path / "emb", env["models"])
+    built = tmp_path / "built"
+    _cli("build-index", str(emb), "--index", str(built))
+    want = hits(tmp_path / "direct")
+    assert want["paris.jpg"]["camera"] == "Canon EOS R5"  # the reference has them
+    assert hits(built) == want
+    assert list(hits(built, "--camera", "iphone")) == ["nyc.jpg"]
+    assert list(hits(built, "--near", "48.8584,2.2945,2")) == ["paris.jpg"]

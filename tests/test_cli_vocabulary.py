@@ -164,6 +164,28 @@ def test_usage_errors_exit_2_and_errors_exit_1(env):
     assert r.exit_code == 1 and r.output.startswith("Error: ")
 
 
+def test_bad_values_are_usage_errors_exit_2(indexed):
+    """The README's exit table: a bad value is a usage error (2), whichever check finds it."""
+    ref = indexed / "red_square.jpg"
+    for args, says in [
+        (["search", "red:1e309"], "weight"),
+        (["search", "red:-inf"], "weight"),
+        (["search", "red", "--add", "x:nan"], "weight"),
+        (["search", "--like", f"{ref}:abc"], "'abc' after ':' is not a weight"),
+        (["search", "red", "--glob", "["], "never closed"),
+        (["select", "red", "-p", "0.5", "--glob", "photos/[a"], "never closed"),
+        (["search", "red", "--taken", "June"], "not a date"),
+        (["search", "--like", ref, "-p", "0.5"], "needs a text term"),
+        (["search", "-", "red"], "positive"),
+        (["label", "-l", " , "], "no labels"),
+        (["label", "-l", "red", "--template", "no braces"], "template"),
+    ]:
+        r = run(*args, ok=False)
+        errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+        assert r.exit_code == 2 and len(errors) == 1 and says in errors[0], (args, r.output)
+        assert "Traceback" not in r.output
+
+
 def test_ctrl_c_exits_130(indexed, monkeypatch):
     import wherein.indexer.store.status as S
 

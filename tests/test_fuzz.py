@@ -268,7 +268,8 @@ def test_typed_weight_typos_are_one_line_errors(sandbox):
         ["search", "red", "--add", "x:nan"],
     ):
         result = CliRunner().invoke(cli, args)
-        assert result.exit_code == 1 and "weight" in result.output, (args, result.output)
+        # A bad value: a usage error (the README's exit table).
+        assert result.exit_code == 2 and "weight" in result.output, (args, result.output)
 
 
 # -- the catalog and arbitrary path strings ------------------------------------------------------

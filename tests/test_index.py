@@ -322,6 +322,22 @@ def test_missing_root_fails_after_indexing_the_others(env, shapes, tmp_path):
     assert status_json()["images"] == 6
 
 
+def test_a_path_that_is_not_a_folder_or_an_image_is_refused(env, shapes, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping list")
+    code, out = run_cli("index", str(notes))
+    assert code == 1
+    [line] = out.strip().splitlines()
+    assert line.startswith(f"Error: {notes}: not a folder or an image file (wherein reads ")
+    assert ", jpg, " in line
+    assert not env["index"].exists()  # nothing was made for it
+    # Given along with photos (a shell glob, say): indexed, and the file is named on stderr.
+    result = CliRunner().invoke(cli, ["index", str(shapes), str(notes), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["embedded"] == 6
+    assert f"ignored {notes}: not a folder or an image file" in result.stderr
+
+
 def test_second_writer_is_refused(env, shapes):
     index_json(shapes)
     with IndexStore.open(env["index"], write=True):

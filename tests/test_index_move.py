@@ -66,7 +66,7 @@ def _search(index: Path) -> dict:
     for query in ("red", "a dog", "blue sky"):
         res = _invoke("search", query, "--index", str(index), "-k", "10")
         assert res.exit_code == 0, res.output
-        out = json.loads(res.output)
+        out = json.loads(res.stdout)  # warnings go to stderr
         hits = out["hits"] if isinstance(out, dict) else out
         found[query] = [(h["path"], round(h["score"], 5)) for h in hits]
     assert all(len(v) == 10 for v in found.values())
@@ -137,3 +137,61 @@ def test_truncated_ivfdata_is_an_error_not_a_crash(built, tmp_path):
     res = _invoke("search", "red", "--index", str(copy))
     assert res.exit_code == 1, res.output
     assert f"{data}: 1000 bytes" in res.output and "incomplete copy" in res.output
+
+
+def _overwrite(path: Path, start: int, end: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[start:end] = np.random.default_rng(1).bytes(end - start)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["ivfdata", "centroids", "list-table"],
+)
+def test_damaged_vectors_are_searched_from_the_catalog_and_repaired(built, damage):
+    """Overwritten bytes FAISS reads without complaint: random ids and codes in the .ivfdata,
+    random centroids, or a list table pointing outside the .ivfdata (a crash if mapped).
+    Search answers as before (and says why); `status --check` rebuilds the file."""
+    index, before = built
+    faiss_file = index / "vectors.faiss"
+    size = faiss_file.stat().st_size
+    if damage == "ivfdata":
+        data = index / "vectors.ivfdata"
+        _overwrite(data, 0, data.stat().st_size)
+    elif damage == "centroids":  # the quantizer is most of vectors.faiss (64 x 768 floats)
+        _overwrite(faiss_file, size // 8, size // 2)
+    else:  # the lists' sizes and offsets sit at the end, before the .ivfdata's name
+        _overwrite(faiss_file, size - 1200, size - 100)
+    damaged = faiss_file.read_bytes()
+    res = _invoke("search", "red", "--index", str(index), "-k", "10")
+    assert res.exit_code == 0, res.output
+    assert "is damaged" in res.stderr and "wherein status --check" in res.stderr
+    assert _search(index) == before
+    assert faiss_file.read_bytes() == damaged  # searching never writes
+    res = _invoke("status", "--check", "--index", str(index))
+    assert res.exit_code == 0, res.output
+    check = json.loads(res.stdout)["check"]
+    assert check["ok"] and "is damaged" in check["repaired"][0], check
+    res = _invoke("status", "--check", "--index", str(index))
+    assert json.loads(res.stdout)["check"] == {"ok": True, "problems": [], "repaired": []}
+    assert not list(index.glob("*.ivfdata"))  # rebuilt in memory: nothing points at it now
+    res = _invoke("search", "red", "--index", str(index), "-k", "10")
+    assert "damaged" not in res.stderr
+    assert _search(index) == before
+
+
+def test_read_only_check_names_the_repair(built, monkeypatch):
+    """A check that cannot write (another process holds the lock) reports the damage and the
+    one command that repairs it."""
+    from wherein.indexer.store.index_store import IndexStore
+
+    index, _ = built
+    data = index / "vectors.ivfdata"
+    _overwrite(data, 0, data.stat().st_size)
+    with IndexStore.open(index, write=True, load_vectors=False):
+        res = _invoke("status", "--check", "--index", str(index))
+    assert res.exit_code == 1, res.output
+    problems = json.loads(res.stdout)["check"]["problems"]
+    assert len(problems) == 1 and "is damaged" in problems[0], problems
+    assert f"`wherein status --check --index {index}`" in problems[0]

@@ -100,3 +100,22 @@ def test_the_runtime_chatter_stays_off_stderr(graph):
         )
         assert r.returncode == 0, r.stderr
         assert r.stderr == "a real warning\n"
+
+
+def test_a_graph_dropped_mid_run_frees_its_runtime_quietly(graph):
+    """The self-test drops its towers long before exit (`models optimize`, `check --self-test`):
+    their teardown lines must not reach stderr either."""
+    code = (
+        "import gc, sys, numpy as np\n"
+        "from pathlib import Path\n"
+        "from wherein.indexer.models.litert_cached import open_cached\n"
+        f"g = open_cached(Path({str(graph)!r}), 2)\n"
+        "g.run(np.zeros(g.in_shape, np.float32))\n"
+        "del g\n"
+        "gc.collect()\n"
+        "print('after', file=sys.stderr, flush=True)\n"
+        "import os; os._exit(0)\n"  # skip the atexit filter: only the drop is under test
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "after\n"

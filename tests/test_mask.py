@@ -298,6 +298,18 @@ def test_cli_mask_table_and_errors(env, tmp_path):
     assert r.exit_code == 1 and "not found" in r.output
 
 
+def test_cli_mask_out_under_a_file_is_one_line(env, tmp_path):
+    draw_shape(tmp_path / "pic.png", "red")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    out = notes / "sub"
+    r = CliRunner().invoke(cli, ["mask", str(tmp_path / "pic.png"), "red", "--out", str(out)])
+    assert r.exit_code == 1, r.output
+    last = r.stderr.strip().splitlines()[-1]  # after the stand-in banner
+    assert last == f"Error: {out}: cannot create the mask folder, {notes} is not a folder"
+    assert notes.read_text() == "mine"
+
+
 def test_search_with_masks_end_to_end(env, shapes, tmp_path):
     """`wherein search red --mask`: the red hits come back with their masks in place."""
     if "search" not in cli.commands:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,7 @@ from click.testing import CliRunner
 from wherein.indexer.models.litert_graph import LiteRTGraph
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.schemas.errors import ModelError
-from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE
+from wherein.schemas.models import ALL_MODELS, CLIPSEG, SIGLIP_IMAGE, STANDIN_MARKER
 from wherein.search.cli import cli
 
 
@@ -110,6 +114,79 @@ def test_pull_offline_is_one_line_error(tmp_path, monkeypatch):
     )
 
 
+def _hub_cache(cache: Path, models: Path) -> None:
+    """A Hugging Face hub cache as huggingface_hub lays it out (blobs, snapshot symlinks,
+    refs/main), holding the files of models/ under each model's hub repo."""
+    for spec in ALL_MODELS:
+        repo = cache / ("models--" + spec.hub_repo.replace("/", "--"))
+        rev = hashlib.sha1(spec.hub_repo.encode()).hexdigest()
+        snapshot = repo / "snapshots" / rev
+        snapshot.mkdir(parents=True)
+        (repo / "blobs").mkdir()
+        for f in sorted((models / spec.key).iterdir()):
+            if not f.is_file():
+                continue
+            blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+            shutil.copyfile(f, blob)
+            (snapshot / f.name).symlink_to(os.path.relpath(blob, snapshot))
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(rev)
+
+
+@pytest.mark.convert
+@pytest.mark.slow
+def test_pull_offline_from_the_hub_cache_ends_with_the_verified_fast_set_up(
+    standin_models, tmp_path
+):
+    """The real download code (snapshot_download), no network: a user whose Hugging Face cache
+    holds the models gets them, then the optimized graphs that passed their gates."""
+    cache = tmp_path / "hf" / "hub"
+    _hub_cache(cache, standin_models)
+    root, index = tmp_path / "models", tmp_path / "index"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_CACHE": str(cache),
+        "WHEREIN_INDEX": str(index),
+    }
+    # The pulled folder holds no STANDIN.json (pull writes "real" models), so the speed gate
+    # would time these tiny graphs: the rule for stand-ins (exempt) is applied by hand.
+    code = (
+        "from wherein.indexer.models.optimize import build\n"
+        "build.speed_matters = lambda md: False\n"
+        "from wherein.search.cli import cli\n"
+        "cli()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, "models", "pull", "--models", str(root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    table = r.stdout[r.stdout.index("\nmodel ") :]
+    for model in ("siglip2-image ", "clipseg ", "clipseg text ", "siglip2-text "):
+        row = next(ln for ln in table.splitlines() if ln.startswith(model))
+        assert row[len(model) :].split()[0] == "switched", row
+    assert "self-test  ok" in r.stdout
+    assert "verifying on 32 bundled sample images" in r.stdout  # the index is empty
+    md = ModelDir(root)
+    assert not md.is_standin and not (root / STANDIN_MARKER).exists()
+    for spec in ALL_MODELS:
+        for f in (standin_models / spec.key).iterdir():
+            if f.is_file() and spec.hub_files and f.name in spec.hub_files:
+                copied = root / spec.key / f.name
+                assert not copied.is_symlink() and copied.read_bytes() == f.read_bytes()
+    assert md.image_tower_file().name.endswith("_int8_opt.tflite")
+    assert md.image_reverify_pending()  # the first index verifies it on the user's photos
+    assert md.clipseg_vision_file().name.endswith("_int8_opt.tflite")
+    assert md.clipseg_text_short() is not None
+    assert (md.text_dir / "text_tower.tflite").is_file()
+    assert "DestroyAccelerator" not in r.stderr
+
+
 @pytest.mark.slow  # the demo builds stand-in models of its own
 def test_demo_runs_on_standins_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("WHEREIN_MODELS", str(tmp_path / "no-models"))
@@ -117,3 +194,6 @@ def test_demo_runs_on_standins_and_says_so(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert "STAND-IN" in r.output
     assert "8 images indexed" in r.output and "check      ok" in r.output
+    # The same path as `models pull`: optimized stand-ins, verified again on the photos.
+    assert "what `models pull` ends with" in r.output
+    assert "verified the int8 image tower again on 8 of your photos" in r.output

@@ -280,7 +280,7 @@ def test_text_tower_without_the_convert_extra_says_what_it_gains(standin_models,
     monkeypatch.setattr(O, "text_converter_available", lambda: False)
     out = O.optimize_text(ModelDir(standin_models), log=lambda s: None)
     assert out.status == "unavailable"
-    assert "wherein[convert]" in out.message and "9.96 s" in out.message
+    assert "pip install 'litert-torch" in out.message and "9.96 s" in out.message
     assert "bench/results/convert.md" in out.message
 
 
@@ -387,15 +387,107 @@ def test_check_self_test_reports_the_figures(standin_models):
 
 @pytest.mark.convert
 @pytest.mark.slow
-def test_pull_self_tests_and_offers_optimize(pulled, tmp_path, monkeypatch):
+def test_pull_optimizes_by_default_and_no_optimize_keeps_the_published_graphs(
+    pulled, tmp_path, monkeypatch
+):
     from wherein.indexer.models import modeldir
 
     monkeypatch.setattr(modeldir, "pull", lambda root, keys=None: [Path(root)])
     monkeypatch.setenv("WHEREIN_INDEX", str(tmp_path / "no-index"))
     args = ["models", "pull", "--models", str(pulled)]
-    r = CliRunner().invoke(_cli(), args)
+    r = CliRunner().invoke(_cli(), [*args, "--no-optimize"])
     assert r.exit_code == 0, r.output
     assert "self-test  ok" in r.output and "wherein models optimize" in r.output
-    r = CliRunner().invoke(_cli(), [*args, "--optimize"])
+    assert ModelDir(pulled).image_tower_file().name == IMAGE_GRAPH
+    r = CliRunner().invoke(_cli(), args)
     assert r.exit_code == 0, r.output
     assert "switched" in r.output and "self-test  ok" in r.output
+    assert ModelDir(pulled).image_tower_file().name != IMAGE_GRAPH
+
+
+def _photos(folder: Path, n: int = 12) -> Path:
+    for i, c in enumerate((["red", "green", "blue", "yellow", "orange", "purple"] * 4)[:n]):
+        draw_shape(folder / f"{i:02d}_{c}.jpg", c, box=(0.05 * (i % 5), 0.1, 0.9, 0.9))
+    return folder
+
+
+def _index(models: Path, index: Path, photos: Path):
+    args = ["index", str(photos), "--models", str(models), "--index", str(index), "-q"]
+    return CliRunner().invoke(_cli(), args)
+
+
+@pytest.mark.convert
+@pytest.mark.slow
+def test_the_first_index_verifies_the_tower_again_on_the_users_photos(pulled, tmp_path):
+    index, photos = tmp_path / "index", _photos(tmp_path / "photos")
+    r = _optimize(pulled, index, "--only", "siglip2-image", "--no-self-test")
+    assert r.exit_code == 0, r.output
+    md = ModelDir(pulled)
+    switched = md.image_tower_file().name
+    assert switched != IMAGE_GRAPH and md.image_reverify_pending()
+    r = _index(pulled, index, photos)
+    assert r.exit_code == 0, r.output
+    assert "verified the int8 image tower again on 12 of your photos" in r.stderr
+    assert md.image_tower_file().name == switched and not md.image_reverify_pending()
+    record = json.loads((md.image_dir / "manifest.json").read_text())["optimize"]
+    assert record["verified_on"] == "12 of your photos" and record["figures"]["n"] == 12
+    r = _index(pulled, index, photos)  # once only
+    assert r.exit_code == 0 and "verified" not in r.stderr
+
+
+@pytest.mark.convert
+@pytest.mark.slow
+def test_a_tower_that_fails_on_the_users_photos_is_switched_back(pulled, tmp_path, monkeypatch):
+    from wherein.indexer.models.convert import build as C
+    from wherein.indexer.models.image_tower import ImageTower
+
+    index, photos = tmp_path / "index", _photos(tmp_path / "photos")
+    md = ModelDir(pulled)
+    published = ImageTower.from_models(md).model_id
+    assert _optimize(pulled, index, "--only", "siglip2-image", "--no-self-test").exit_code == 0
+    candidate = md.image_tower_file()
+    monkeypatch.setitem(C.MIN_CORR, "int8", 1.0)  # as if these photos broke the int8 graph
+    r = _index(pulled, index, photos)
+    assert r.exit_code == 0, r.output
+    assert (
+        "failed on 12 of your photos" in r.stderr and f"switched back to {IMAGE_GRAPH}" in r.stderr
+    )
+    assert md.image_tower_file().name == IMAGE_GRAPH and not candidate.exists()
+    assert ImageTower.from_models(md).model_id == published
+    manifest = json.loads((md.image_dir / "manifest.json").read_text())
+    assert not manifest["optimize"]["passed"] and not md.image_reverify_pending()
+    r = CliRunner().invoke(_cli(), ["status", "--index", str(index), "--json"])
+    assert json.loads(r.output)["model_id"] == published  # the index was built with it
+
+
+@pytest.mark.convert
+@pytest.mark.slow
+def test_without_a_terminal_or_yes_a_switch_that_re_embeds_is_not_made(pulled, tmp_path):
+    index = tmp_path / "index"
+    assert _index(pulled, index, _photos(tmp_path / "photos")).exit_code == 0
+    args = ["models", "optimize", "--models", str(pulled), "--index", str(index)]
+    r = CliRunner().invoke(_cli(), [*args, "--only", "siglip2-image", "--no-self-test", "--json"])
+    assert r.exit_code == 0, r.output
+    (image,) = json.loads(r.stdout)["optimized"]
+    assert image["status"] == "not switched" and "--yes" in image["message"]
+    md = ModelDir(pulled)
+    assert md.image_tower_file().name == IMAGE_GRAPH
+    assert not list(md.image_dir.glob("*_opt.tflite"))
+
+
+@pytest.mark.convert
+@pytest.mark.slow
+def test_a_slower_stand_in_switch_says_stand_ins_are_exempt(pulled, tmp_path, monkeypatch):
+    from wherein.indexer.models.optimize import compare
+
+    # The candidate twice as slow as its source, whatever this CPU does.
+    monkeypatch.setattr(
+        compare, "ms_per_image", lambda g, x, sig: 1.0 if g.path.name == IMAGE_GRAPH else 2.0
+    )
+    r = _optimize(
+        pulled, tmp_path / "no-index", "--only", "siglip2-image", "--no-self-test", "--json"
+    )
+    assert r.exit_code == 0, r.output
+    (image,) = json.loads(r.stdout)["optimized"]
+    assert image["status"] == "switched" and "1 -> 2 ms/image" in image["message"]
+    assert "stand-in graphs are exempt from the speed gate" in image["message"]

@@ -259,7 +259,7 @@ def test_taken_ranges_camera_and_near(photos):
     both = names(hits_json("red", "-k", "20", "--camera", "iPhone", "--taken", "2023-12-25.."))
     assert both == ["nye.jpg"]
     res = run("search", "red", "--taken", "June", ok=False)
-    assert res.exit_code == 1 and "not a date" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and "not a date" in res.output and "Traceback" not in res.output
 
 
 def test_sort_taken_is_newest_photo_first(photos):

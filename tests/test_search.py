@@ -10,6 +10,7 @@ import threading
 import types
 from pathlib import Path
 
+import faiss
 import jsonschema
 import numpy as np
 import pytest
@@ -136,6 +137,13 @@ def test_each_thread_reads_its_own_searchs_warnings(indexed, env):
     assert len(seen["elsewhere"]) == 1 and "/nowhere/at/all" in seen["elsewhere"][0]
 
 
+def test_glob_matches_a_bracket_written_as_a_set(indexed):
+    draw_shape(indexed / "red[1].png", "red")
+    run("index", indexed, "-q")
+    assert names(search_json("red", "--glob", "red[[]1].png")) == ["red[1].png"]
+    assert names(search_json("red", "--glob", "*[]]*", "-k", "3")) == ["red[1].png"]
+
+
 def test_under_and_glob_filters_still_return_k(indexed):
     nested = indexed / "nested"
     hits = search_json("red", "--under", nested, "-k", "2")
@@ -178,6 +186,79 @@ def test_filters_and_thresholds_on_an_ivf_index(env, shapes, monkeypatch):
         assert sorted(h.score for h in exact) == pytest.approx(
             sorted((vecs / np.linalg.norm(vecs, axis=1)[:, None]) @ vec), abs=1e-5
         )
+
+
+def test_min_probability_on_an_ivf_index_keeps_a_hit_exactly_at_the_threshold(
+    env, shapes, monkeypatch
+):
+    """SQ8 scores are off by ~1e-3: the range search must look below the threshold, or a hit
+    whose approximate score falls under it is lost although its exact probability meets it."""
+    for i in range(10):
+        draw_shape(shapes / "more" / f"red_{i}.png", "red", box=(0.1 + i * 0.03, 0.1, 0.9, 0.9))
+    monkeypatch.setattr(
+        V, "choose_index", lambda n, dim, budget=None: V.IndexChoice("ivf-sq8", "IVF4,SQ8", 4, 1)
+    )
+    run("index", shapes, "-q")
+    with open_index() as s:
+        everything = s.search("red", k=100)
+        assert s.index_kind == "ivf-sq8" and len(everything) == 16
+        text = s.embed_query("red").text
+        every_list = faiss.SearchParametersIVF(nprobe=4)  # type: ignore[call-arg, unused-ignore]
+        approx, ids = s.store.vectors.index.search(text[None], 16, params=every_list)
+        under = {
+            int(i): h.score - float(a)
+            for i, a in zip(ids[0], approx[0], strict=True)
+            for h in everything
+            if h.id == i
+        }
+        # The hit the SQ8 codes under-rate most, among those with a probability inside (0, 1).
+        edge = max((h for h in everything if 0 < h.probability < 1), key=lambda h: under[h.id])
+        assert under[edge.id] > 1e-5  # else this index would not test the margin
+        got = s.search("red", min_probability=edge.probability)
+        # What the flat index gives: every hit whose exact probability is >= the threshold.
+        assert {h.id for h in got} == {
+            h.id for h in everything if h.probability >= edge.probability
+        }
+        assert edge.id in {h.id for h in got}
+
+
+def _hold_in_reverse_id_order(s: Searcher) -> None:
+    """Rebuild the searcher's FAISS copy with the vectors added largest id first: FAISS then
+    meets tied vectors in the opposite of id order (as another insertion history would)."""
+    s.store.ensure_vectors(persist=False)
+    vectors = s.store.vectors
+    assert vectors.choice is not None
+    ids, vecs = s.store.catalog.vectors_for(V.index_ids(vectors.index))
+    back = np.argsort(-ids)
+    index = V.new_index(vectors.choice, vecs.shape[1])
+    if not index.is_trained:
+        index.train(np.ascontiguousarray(vecs, dtype=np.float32))
+    index.add_with_ids(np.ascontiguousarray(vecs[back], dtype=np.float32), ids[back])
+    V.apply_search_params(index, vectors.choice)
+    vectors.index = index
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf-sq8"])
+def test_tied_hits_rank_by_id_whatever_order_faiss_holds_them_in(env, shapes, monkeypatch, kind):
+    """Copies score alike to the last bit: they rank by id, the top-k cut included."""
+    (shapes / "copies").mkdir()
+    for i in range(6):
+        shutil.copy(shapes / "red_square.jpg", shapes / "copies" / f"c{i}.jpg")
+    if kind != "flat":
+        monkeypatch.setattr(
+            V, "choose_index", lambda n, dim, budget=None: V.IndexChoice(kind, "IVF2,SQ8", 2, 1)
+        )
+    run("index", shapes, "-q")
+    with open_index() as s:
+        _hold_in_reverse_id_order(s)
+        assert s.index_kind == kind
+        sha = s.search("red", glob="red_square.jpg")[0].sha256
+        copies = sorted(h.id for h in s.search("red", k=20) if h.sha256 == sha)
+        assert len(copies) == 7
+        like = Query().like_id(copies[-1])
+        assert [h.id for h in s.search(like, k=3)] == copies[:3]
+        assert [h.id for h in s.search(like, k=2, under=shapes / "copies")] == copies[1:3]
+        assert [h.id for h in s.search(like, min_score=0.999)] == copies
 
 
 def test_sort_after_the_cut(env, shapes):
@@ -235,7 +316,7 @@ def test_like_an_indexed_id_uses_its_stored_vector(indexed, env):
 
 def test_min_probability_needs_text(indexed):
     r = run("search", "--like", indexed / "red_square.jpg", "-p", "0.5", ok=False)
-    assert r.exit_code == 1 and "needs a text term" in r.output
+    assert r.exit_code == 2 and "needs a text term" in r.output  # options that do not go together
 
 
 # -- outputs ----------------------------------------------------------------------------
@@ -322,6 +403,29 @@ def test_dimension_mismatch_is_a_clear_error(indexed, monkeypatch):
     monkeypatch.setattr(Searcher, "text_tower", property(lambda self: Tiny()))
     with open_index() as s, pytest.raises(WhereinError, match="512-dimensional.*768-dimensional"):
         s.search("red")
+
+
+def test_text_terms_reach_the_text_tower_in_siglips_prompt_unless_raw(indexed, monkeypatch):
+    seen: list[list[str]] = []
+    real = Searcher.text_tower
+
+    class Spy:
+        def __init__(self, tower) -> None:
+            self.tower = tower
+
+        def encode(self, texts):
+            seen.append(list(texts))
+            return self.tower.encode(texts)
+
+        def __getattr__(self, name):
+            return getattr(self.tower, name)
+
+    monkeypatch.setattr(Searcher, "text_tower", property(lambda self: Spy(real.fget(self))))
+    run("search", "a red car.", "+", "blue", "--json")
+    assert seen == [["This is a photo of a red car.", "This is a photo of blue."]]
+    seen.clear()
+    run("search", "a red car.", "+", "blue", "--raw", "--json")
+    assert seen == [["a red car.", "blue"]]
 
 
 def test_bad_queries_are_one_line_errors(indexed):

@@ -274,6 +274,88 @@ def test_a_deleted_file_is_404(own):
     assert hit["exists"] is False
 
 
+def cached_urls(image_id: int) -> list[str]:
+    """What the page fetches of one hit: thumbnail, preview, a mask, its overlay and PNG."""
+    return [
+        f"/api/thumb/{image_id}",
+        f"/api/image/{image_id}",
+        f"/api/mask/{image_id}?prompt=red",
+        f"/api/mask/{image_id}/overlay?prompt=red",
+        f"/api/mask/{image_id}/mask?prompt=red",
+    ]
+
+
+def cache_entries(index: Path, image_id: int) -> list[Path]:
+    cache = index / "cache"
+    return [
+        p for kind in ("thumbs", "previews", "masks") for p in (cache / kind).glob(f"{image_id}-*")
+    ]
+
+
+def test_a_deleted_photo_is_not_served_from_the_cache(own):
+    red = own.ids["red_square.jpg"]
+    for url in cached_urls(red):
+        assert own.client.get(url).status_code == 200, url
+    assert own.client.get(f"/api/thumb/{red}").headers["x-wherein-cache"] == "hit"
+    assert len(cache_entries(own.index, red)) == 3
+    (own.photos / "red_square.jpg").unlink()
+    # Its cached derivatives are gone with it, and a new prompt does not reuse its vision pass.
+    for url in cached_urls(red) + [f"/api/mask/{red}?prompt=blue"]:
+        assert_error(own.client.get(url), 404, "gone")
+    assert cache_entries(own.index, red) == []
+    assert own.get(f"/api/hit/{red}").json()["exists"] is False
+
+
+@pytest.mark.parametrize("same_size_and_time", [False, True])
+def test_a_replaced_photo_never_serves_its_old_derivatives(own, same_size_and_time):
+    red = own.ids["red_square.jpg"]
+    path = own.photos / "red_square.jpg"
+    for url in cached_urls(red):
+        assert own.client.get(url).status_code == 200, url
+    st = path.stat()
+    if same_size_and_time:  # other bytes, same length, the old mtime put back
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    else:
+        draw_shape(path, "blue")
+    for url in cached_urls(red) + [f"/api/mask/{red}?prompt=blue"]:
+        assert_error(own.client.get(url), 409, "changed" if not same_size_and_time else "differs")
+
+
+def test_a_restarted_server_checks_the_content_of_what_an_earlier_one_cached(own, monkeypatch):
+    from collections import OrderedDict
+
+    from wherein.search.web import files
+
+    green = own.ids["green.bmp"]
+    path = own.photos / "green.bmp"
+    assert own.client.get(f"/api/thumb/{green}").status_code == 200
+    assert own.client.get(f"/api/thumb/{green}").headers["x-wherein-cache"] == "hit"
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    monkeypatch.setattr(files, "_verified", OrderedDict())  # a new process has seen no file
+    assert_error(own.get(f"/api/thumb/{green}"), 409, "differs")
+
+
+def test_a_cached_photo_that_is_unchanged_still_serves_from_the_cache(own):
+    # Re-saved under a new inode with the same bytes and times (a copy back, a restore):
+    # its content hashes as indexed, so the cache still serves it.
+    blue = own.ids["blue_square.png"]
+    path = own.photos / "blue_square.png"
+    assert own.client.get(f"/api/thumb/{blue}").status_code == 200
+    st, data = path.stat(), path.read_bytes()
+    path.unlink()
+    path.write_bytes(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = own.client.get(f"/api/thumb/{blue}")
+    assert r.status_code == 200 and r.headers["x-wherein-cache"] == "hit"
+
+
 def test_an_image_indexed_through_a_symlink_still_serves(standin_models, tmp_path):
     outside = tmp_path / "elsewhere" / "red.png"
     draw_shape(outside, "red")

@@ -96,9 +96,25 @@ def test_search_open_a_hit_and_see_its_mask(server, tmp_path):
                 "#grid .card .prob", "els => els.map(e => e.textContent)"
             )
             assert probs[0].endswith("%") and float(probs[0].rstrip(" %")) > 50
+            # Six hits fit one page: no pager (a `display: flex` once overrode `hidden`).
+            assert page.is_hidden("#pager")
             page.wait_for_function(
                 "[...document.querySelectorAll('#grid .card img')].every(i => i.complete && i.naturalWidth > 0)"
             )
+            # Where: the red hits' thumbnails get their mask's box, first hits first.
+            page.wait_for_function(
+                "document.querySelectorAll('#grid .card .where').length >= 2", timeout=60_000
+            )
+            boxed = page.eval_on_selector_all(
+                "#grid .card", "els => els.map(e => !!e.querySelector('.where'))"
+            )
+            assert boxed[:2] == [True, True], boxed
+            left = page.eval_on_selector("#grid .card .where", "e => parseFloat(e.style.left)")
+            assert 5 < left < 25, left  # the shapes start 10-15% in from the left
+            page.uncheck("#show-where")
+            assert page.is_hidden("#grid .card .where")
+            page.check("#show-where")
+            assert page.is_visible("#grid .card .where")
             page.screenshot(path=str(tmp_path / "grid.png"))
 
             page.click("#grid .card >> nth=0")

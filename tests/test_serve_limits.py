@@ -14,10 +14,12 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
+from wherein.schemas.errors import IndexError_
 from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes
 from wherein.search.cli import cli
 from wherein.search.web import schemas
 from wherein.search.web.app import create_app, host_name
+from wherein.search.web.masks import MaskService
 
 from conftest import draw_shape
 
@@ -32,18 +34,21 @@ def test_web_app_is_part_of_the_base_install():
 
 
 # -- Host header ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def app_client(standin_models, tmp_path_factory):
-    root = tmp_path_factory.mktemp("limits")
+def build(root: Path, models: Path) -> Path:
     for i, colour in enumerate(["red", "blue", "green", "yellow", "red", "blue"]):
         draw_shape(root / "photos" / f"{i}-{colour}.png", colour, size=(640 + 8 * i, 480))
     r = CliRunner().invoke(
         cli,
         ["index", str(root / "photos"), "--index", str(root / "index")]
-        + ["--models", str(standin_models), "-q"],
+        + ["--models", str(models), "-q"],
     )
     assert r.exit_code == 0, r.output
-    return root / "index", standin_models
+    return root / "index"
+
+
+@pytest.fixture(scope="module")
+def app_client(standin_models, tmp_path_factory):
+    return build(tmp_path_factory.mktemp("limits"), standin_models), standin_models
 
 
 def test_foreign_host_is_a_json_400(app_client):
@@ -66,11 +71,49 @@ def test_foreign_host_is_a_json_400(app_client):
         ("[::1]", "[::1]"),
         ("127.0.0.1", "127.0.0.1"),
         ("Evil.Example", "evil.example"),
-        ("", ""),
+        ("photos.local:65535", "photos.local"),
     ],
 )
 def test_host_name(header, host):
     assert host_name(header) == host
+
+
+HOSTILE_HOSTS = [
+    "127.0.0.1:80@evil.com",  # user-info trick: a lax split would read 127.0.0.1
+    '"127.0.0.1 "',
+    "127.0.0.1 ",
+    " localhost",
+    "localhost:8765:80",
+    "localhost:",
+    "localhost:80x",
+    "localhost:99999",
+    "localhost:+80",
+    "localhost/evil",
+    "localhost\\evil",
+    "evil.com#.localhost",
+    "[::1]evil",
+    "[::1]:80@evil.com",
+    "[::1",
+    "[fe80::1%25eth0]",
+    "[localhost]",
+    "-localhost",
+    "local_host",
+    "",
+]
+
+
+@pytest.mark.parametrize("header", HOSTILE_HOSTS)
+def test_host_name_refuses_anything_but_host_and_port(header):
+    assert host_name(header) is None
+
+
+def test_hostile_host_headers_are_refused(app_client):
+    index, models = app_client
+    with TestClient(create_app(index, models), base_url=BASE) as client:
+        for header in HOSTILE_HOSTS:
+            r = client.get("/api/status", headers={"host": header})
+            assert r.status_code == 400, header
+            assert r.json()["status"] == 400
 
 
 # -- the cache janitor ------------------------------------------------------------------------
@@ -172,3 +215,93 @@ def test_tiny_cache_under_concurrent_clients_never_fails(app_client):
         biggest = max(len(client.get(u).content) for u in urls)
         cache.prune()
         assert client.get("/api/status").json()["cache"]["bytes"] <= limit + biggest
+
+
+# -- shutdown ----------------------------------------------------------------------------------
+def test_shutdown_waits_for_a_running_mask_guess(standin_models, tmp_path, monkeypatch):
+    """A guess runs on the mask worker (reading catalog rows) when the app shuts down: the
+    worker finishes it before the catalog closes, the queued guesses are cancelled, and a
+    read after close is a clean error, not a closed connection (once, a segfault)."""
+    from wherein.indexer.models.clipseg import load_cached
+
+    index = build(tmp_path, standin_models)
+    app = create_app(index, standin_models, prefetch_masks=3)
+    state = app.state.wherein
+    real = load_cached(standin_models, None)
+    started, closing = threading.Event(), threading.Event()
+
+    class SlowUntilShutdown:
+        """The real model, whose vision pass lasts until the app starts closing."""
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def image_features(self, img):
+            started.set()
+            closing.wait(60)
+            return real.image_features(img)
+
+    slow = SlowUntilShutdown()
+    monkeypatch.setattr(MaskService, "model", property(lambda self: slow))
+    close_masks, close_catalog = state.masks.close, state.catalog.close
+    at_catalog_close: dict[str, object] = {}
+
+    def masks_close() -> None:
+        closing.set()
+        close_masks()
+
+    def catalog_close() -> None:
+        at_catalog_close["worker_alive"] = state.masks._runner._thread.is_alive()
+        at_catalog_close["prefetched"] = state.masks.prefetched
+        close_catalog()
+
+    monkeypatch.setattr(state.masks, "close", masks_close)
+    monkeypatch.setattr(state.catalog, "close", catalog_close)
+    with TestClient(app, base_url=BASE) as client:
+        assert client.get("/api/search", params={"q": "red"}).status_code == 200
+        assert started.wait(60)  # a guess is inside the vision pass
+    assert at_catalog_close == {"worker_alive": False, "prefetched": 1}
+    assert state.masks.prefetch_queued == 0  # the other two were cancelled
+    with pytest.raises(IndexError_, match="shutting down"):
+        state.indexed(1)
+
+
+# -- memory under many clients ---------------------------------------------------------------------
+def test_photos_are_decoded_and_searches_run_on_a_few_threads(
+    standin_models, tmp_path, monkeypatch
+):
+    """However many clients ask at once, the heavy work (decoding a photo for a thumbnail or
+    preview, a search) runs on the app's few work threads, not on each request's: malloc
+    keeps a busy thread's freed memory, and a search starts OpenMP threads per caller, so
+    the server's memory grew with its clients (991 -> 1714 MB at 32)."""
+    from wherein.search.web.app import WORK_THREADS
+    from wherein.search.web.thumbs import ResizedCache
+
+    index = build(tmp_path, standin_models)
+    decoders: set[str] = set()
+    searchers: set[str] = set()
+    real_render = ResizedCache.render
+
+    def render(self, data):
+        decoders.add(threading.current_thread().name)
+        return real_render(self, data)
+
+    monkeypatch.setattr(ResizedCache, "render", render)
+    app = create_app(index, standin_models, prefetch_masks=0)
+    real_search = app.state.wherein.searcher.search
+
+    def search(*args, **kwargs):
+        searchers.add(threading.current_thread().name)
+        return real_search(*args, **kwargs)
+
+    monkeypatch.setattr(app.state.wherein.searcher, "search", search)
+    with TestClient(app, base_url=BASE) as client:
+        ids = [h["id"] for h in client.get("/api/search", params={"q": "red"}).json()["hits"]]
+        urls = [f"/api/{kind}/{i}" for i in ids for kind in ("thumb", "image")]
+        urls += [f"/api/search?q={c}" for c in ["red", "blue", "green", "yellow"] * 4]
+        with ThreadPoolExecutor(16) as pool:
+            statuses = list(pool.map(lambda u: client.get(u).status_code, urls))
+    assert statuses == [200] * len(urls)
+    assert len(decoders) <= WORK_THREADS and len(searchers) <= WORK_THREADS
+    assert all(n.startswith("wherein-decode") for n in decoders), decoders
+    assert all(n.startswith("wherein-search") for n in searchers), searchers

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from launch import python_argv
 
@@ -205,6 +206,34 @@ def test_watch_follows_creates_changes_moves_and_deletes(env, tmp_path):
     assert "stopped watching" in err and "Traceback" not in err
     batches = json_values(out)[1:]  # after the first run's report
     assert sum(b["moved"] for b in batches) == 1  # the rename kept its row
+
+
+def test_a_rename_into_another_folder_keeps_its_row_and_vector(env, tmp_path):
+    """A deletion in one folder and an addition in another: one batch, planned as a move."""
+    root = tmp_path / "live"
+    blue = root / "a" / "blue.png"
+    draw_shape(blue, "blue")
+    draw_shape(root / "b" / "red.png", "red")
+    w = Watcher(root, env)
+    try:
+        w.wait_ready()
+        reader = IndexStore.open(env["index"])
+        blue_id = in_step(reader)[str(blue)][0]
+        before = reader.catalog.vectors_for([blue_id])[1]
+        moved = root / "b" / "renamed.png"
+        os.rename(blue, moved)
+        rows = wait_until(
+            "the rename is applied",
+            lambda: (r := in_step(reader)) and str(moved) in r and str(blue) not in r and r,
+        )
+        assert rows[str(moved)][0] == blue_id
+        np.testing.assert_array_equal(reader.catalog.vectors_for([blue_id])[1], before)
+        reader.close()
+    finally:
+        w.stop()
+    batches = w.batches()
+    assert sum(b["moved"] for b in batches) == 1
+    assert sum(b["embedded"] for b in batches) == 0 and sum(b["deleted"] for b in batches) == 0
 
 
 def test_a_file_still_being_written_is_not_indexed_half_written(env, tmp_path):

@@ -7,7 +7,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from wherein.indexer.imaging import is_image_name
+from wherein.indexer.imaging import IMAGE_EXTENSIONS, is_image_name
+
+NOT_INDEXABLE = (
+    "not a folder or an image file (wherein reads "
+    + ", ".join(sorted(e.lstrip(".") for e in IMAGE_EXTENSIONS))
+    + ")"
+)
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,7 @@ class WalkProblem:
     path: str
     reason: str
     root: bool = False  # a path the user named could not be read at all
+    ignored: bool = False  # a path the user named is neither a folder nor an image file
 
 
 def walk(
@@ -44,11 +51,20 @@ def walk(
             _note(problems, root, exc, root=True)
             continue
         if not os.path.isdir(root):
-            if is_image_name(root) and root not in seen_files:
+            if not is_image_name(root):
+                if problems is not None:
+                    problems.append(WalkProblem(root, NOT_INDEXABLE, ignored=True))
+            elif root not in seen_files:
                 seen_files.add(root)
                 yield FoundFile(root, st.st_size, st.st_mtime_ns)
             continue
         yield from _walk_dir(root, include_hidden, seen_dirs, seen_files, problems)
+
+
+def ignored_root(path: str | Path) -> bool:
+    """A path the user named that exists but is neither a folder nor an image file."""
+    p = os.path.expanduser(str(path))
+    return os.path.exists(p) and not os.path.isdir(p) and not is_image_name(p)
 
 
 def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[FoundFile]:

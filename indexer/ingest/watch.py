@@ -5,12 +5,15 @@ only hints of *where* to look. Each batch of settled paths becomes a normal
 incremental run (``Indexer.run``) over the smallest set of folders holding
 them, so adds, changes, moves and deletes take the same crash-safe path as
 ``wherein index`` (plan against the catalog, route by hash, commit in
-transactions, deletions last). A move inside one batch keeps its row and vector.
+transactions, deletions last). A move inside one batch keeps its row and vector; deletions
+wait for additions still settling, so that a rename lands in one batch.
 
 A file is *settled* when its size and mtime stayed the same for ``quiet``
 seconds: a photo still being copied or exported is not embedded half-written
 (the run's own fstat check catches a write that starts during the read).
-A path that disappeared is settled at once.
+A path that disappeared is settled at once, unless another path is still settling: then
+it waits for that one (up to ``Settler.hold``), so a rename into another folder (a
+deletion there, an addition here) is applied in one batch, as a move.
 
 Folders: a path that is a folder now (a folder moved or copied in) is walked
 whole. A deleted path that is not an image name costs a walk of its parent
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 DEFAULT_QUIET_S = 1.0
 SAVE_EVERY_S = 60.0  # longest the FAISS file lags the catalog while watching
+HOLD_MIN_S = 5.0  # a deletion waits this long at least for additions to settle (see Settler)
 
 
 @dataclass
@@ -52,20 +56,37 @@ class Settler:
         self._pending[path] = (_state(path), self.clock())
 
     def ready(self) -> list[str]:
-        """Paths that are gone, or unchanged for `quiet` seconds; they leave the queue."""
+        """Paths unchanged for `quiet` seconds, and paths that are gone; they leave the queue.
+
+        A gone path waits while a present one is still settling (for at most `hold`
+        seconds): a rename into another folder is a deletion here and an addition there,
+        and only a run that sees both plans it as a move, keeping the row and its vector.
+        """
         now = self.clock()
-        out = []
+        gone, settled, settling = [], [], False
         for path, (seen, since) in list(self._pending.items()):
             state = _state(path)
             if state is None:
-                out.append(path)
+                gone.append(path)
             elif state != seen:
                 self._pending[path] = (state, now)
+                settling = True
             elif now - since >= self.quiet:
-                out.append(path)
+                settled.append(path)
+            else:
+                settling = True
+        if settling:
+            gone = [p for p in gone if now - self._pending[p][1] >= self.hold]
+        out = gone + settled
         for path in out:
             del self._pending[path]
         return sorted(out)
+
+    @property
+    def hold(self) -> float:
+        """Longest a deletion waits for additions to settle (a file copied in for minutes
+        must not keep a deleted photo searchable that long)."""
+        return max(10.0 * self.quiet, HOLD_MIN_S)
 
     def __len__(self) -> int:
         return len(self._pending)

@@ -179,6 +179,13 @@ class CachedGraph:
             self._model = self._env = None
         _open.discard(self)
 
+    def __del__(self) -> None:
+        # A graph dropped mid-run (the self-test's towers) frees its native runtime here,
+        # which logs DestroyAccelerator lines to fd 2: free it inside the filter instead.
+        if getattr(self, "_model", None) is not None:
+            with contextlib.suppress(Exception):
+                self.close()
+
     def run(self, x: np.ndarray) -> np.ndarray:
         """Not thread-safe: one buffer pair per graph (callers hold a lock)."""
         if self._started:

@@ -33,6 +33,9 @@ from wherein.schemas.models import (
 REAL_SPACE = "siglip2-vit-b16-webli"
 IMAGE_MANIFEST = "manifest.json"  # written by `wherein models convert` / `models optimize`
 CLIPSEG_MANIFEST = "manifest.json"  # written by `wherein models optimize`
+# Set in the image tower's optimize record when it was verified on the bundled sample (the
+# index was empty): the first `wherein index` verifies it again on the user's photos.
+REVERIFY = "reverify_on_photos"
 
 
 class ShortText(NamedTuple):
@@ -111,6 +114,20 @@ class ModelDir:
             f"{published}: image tower not found (run `wherein models pull`, or point --models at a models directory)"
         )
 
+    def image_reverify_pending(self) -> bool:
+        """The int8 image tower in use was verified on the bundled sample only."""
+        manifest = self.image_dir / IMAGE_MANIFEST
+        try:
+            data = json.loads(manifest.read_text()) if manifest.is_file() else {}
+        except (OSError, ValueError):
+            return False  # loading the tower names the broken manifest
+        record = data.get("optimize", {})
+        return bool(
+            record.get(REVERIFY)
+            and record.get("passed")
+            and data.get("file") == record.get("candidate")
+        )
+
     def clipseg_vision_file(self) -> Path:
         """CLIPSeg's vision graph: an optimized one when clipseg/manifest.json says it passed."""
         published = self.clipseg_dir / CLIPSEG.graphs[0].filename
@@ -170,7 +187,12 @@ class ModelDir:
 
 
 def pull(root: Path, keys: list[str] | None = None, revision: str | None = None) -> list[Path]:
-    """Download the real models from the Hugging Face Hub into root (resumable, with progress)."""
+    """Download the real models from the Hugging Face Hub into root (resumable, with progress).
+
+    Offline (HF_HUB_OFFLINE=1, or no network), a model already in the Hugging Face cache
+    (HF_HOME / HF_HUB_CACHE, e.g. from an earlier open_clip run) is copied from there:
+    snapshot_download with local_dir never looks in that cache.
+    """
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -178,13 +200,23 @@ def pull(root: Path, keys: list[str] | None = None, revision: str | None = None)
     written = []
     for spec in specs:
         target = root / spec.key
+        patterns = list(spec.hub_files) or None
         try:
-            snapshot_download(
-                repo_id=spec.hub_repo,
-                allow_patterns=list(spec.hub_files) or None,
-                local_dir=target,
-                revision=revision,
-            )
+            try:
+                snapshot_download(
+                    repo_id=spec.hub_repo,
+                    allow_patterns=patterns,
+                    local_dir=target,
+                    revision=revision,
+                )
+            except LocalEntryNotFoundError:
+                cached = snapshot_download(
+                    repo_id=spec.hub_repo,
+                    allow_patterns=patterns,
+                    revision=revision,
+                    local_files_only=True,
+                )
+                _copy_snapshot(Path(cached), target, patterns)
         except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelError(
@@ -196,3 +228,19 @@ def pull(root: Path, keys: list[str] | None = None, revision: str | None = None)
     if marker.exists() and {m.key for m in specs} == {m.key for m in ALL_MODELS}:
         marker.unlink()  # the directory now holds real models
     return written
+
+
+def _copy_snapshot(snapshot: Path, target: Path, patterns: list[str] | None) -> None:
+    """The snapshot's files (cache symlinks resolved) into target, each written whole."""
+    import fnmatch
+    import shutil
+
+    for src in sorted(p for p in snapshot.rglob("*") if p.is_file()):
+        rel = src.relative_to(snapshot).as_posix()
+        if patterns and not any(fnmatch.fnmatch(rel, pat) for pat in patterns):
+            continue
+        dst = target / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.tmp")
+        shutil.copyfile(src, tmp)  # follows the cache's symlink to its blob
+        tmp.replace(dst)

@@ -27,6 +27,7 @@ taken oldest first), into a new index, or with ``append`` into one built earlier
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from wherein.indexer.normalize import unit_rows
 from wherein.indexer.scale import ivf_fill
 from wherein.indexer.scale import shards as S
 from wherein.indexer.scale.catalog_fill import fill_catalog
-from wherein.indexer.scale.embed_set import EmbedSet, open_set
+from wherein.indexer.scale.embed_set import EmbedSet, check_shards, open_set
 from wherein.indexer.scale.recall_check import RECALL_TARGET, measure
 from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import CATALOG_FILE, IndexStore
@@ -52,6 +53,7 @@ from wherein.indexer.store.vectors import (
 from wherein.schemas.errors import IndexError_
 
 IVFDATA_FILE = "vectors.ivfdata"
+BUILD_UNFINISHED = "build_unfinished"  # meta: a fresh build that has not saved its vectors yet
 RESCORE_CHOICES = ("float16", "float32")
 
 
@@ -66,6 +68,7 @@ class BuildStats:
     shards: int = 0
     duplicates: int = 0  # paths met more than once (the newest shard's row kept)
     duplicate_examples: list[dict] = field(default_factory=list)
+    duplicate_sources: list[dict] = field(default_factory=list)  # kept, dropped, paths
     replaced: int = 0  # rows of the earlier index that a newer shard replaced
     reclaimed_bytes: int = 0  # disk given back under dead vectors.f16 rows (holes punched)
     kind: str = ""
@@ -82,14 +85,24 @@ class BuildStats:
     add_seconds: float = 0.0
 
 
-def parse_bytes(text: str) -> int:
-    """'4G', '512M', '1.5GB', '100000' -> bytes (binary units)."""
+# Below it the on-disk merge writes blocks of a handful of vectors each (a line per block):
+# no budget that small can be kept anyway, the quantizer alone is nlist x dim x 4 bytes.
+MIN_MEMORY_BUDGET = 32 << 10
+
+
+def parse_bytes(text: str, minimum: int = 1) -> int:
+    """'4G', '512M', '1.5GB', '100000' -> bytes (binary units), at least ``minimum``."""
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
     try:
-        return int(float(t[:-1] if mult > 1 else t) * mult)
+        value = float(t[:-1] if mult > 1 else t) * mult
     except ValueError:
-        raise ValueError(f"not a size: {text!r} (use e.g. 4G, 512M)") from None
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(f"not a size: {text!r} (use e.g. 4G, 512M)")
+    if value < minimum:
+        raise ValueError(f"{text!r} is too small: at least {minimum >> 10}K (use e.g. 4G, 512M)")
+    return int(value)
 
 
 def iter_shard_vectors(embed_dir: Path, manifest: dict):
@@ -115,16 +128,21 @@ def build_index(
     t0 = time.perf_counter()
     dirs = [embed_dirs] if isinstance(embed_dirs, str | Path) else list(embed_dirs)
     out = Path(index_dir).expanduser().absolute()
+    check_shards(open_set(dirs))  # a damaged shard stops the build before anything is written
     exists = (out / CATALOG_FILE).exists()
     if append and not exists:
         raise IndexError_(f"{out}: no index to append to (build it first, without --append)")
-    if not append and exists:
-        raise IndexError_(
-            f"{out}: already holds an index; add --append to add these shards to it, "
-            "or build into a new directory"
-        )
     say = progress or (lambda _m: None)
-    with IndexStore.open(out, write=True, create=not append) as store:
+    # A fresh build never reads the old vectors: only appends load them.
+    with IndexStore.open(out, write=True, create=not append, load_vectors=append) as store:
+        if not append and exists:
+            if not _unfinished_build(store.catalog, dirs):
+                raise IndexError_(
+                    f"{out}: already holds an index; add --append to add these shards to it, "
+                    "or build into a new directory"
+                )
+            say(f"{out}: an earlier build-index of these shards did not finish; starting over")
+            store.start_over()
         cat = store.catalog
         first_id = cat.next_image_id()
         es = open_set(dirs, first_id)
@@ -149,6 +167,7 @@ def build_index(
         stats.catalog_seconds = time.perf_counter() - t
         stats.duplicates = filled.duplicates.count
         stats.duplicate_examples = filled.duplicates.examples
+        stats.duplicate_sources = filled.duplicates.by_source()
         stats.replaced = len(filled.replaced)
         # Deletions punch their own rows' blocks; this pass also frees dead rows of an index
         # written before they did (all of them, with the writer lock held and no write pending).
@@ -175,8 +194,20 @@ def build_index(
         vi.model_id, vi.dim = es.model_id, es.dim
         vi.save()
         builder.drop_unused_ivfdata()
+        with cat.transaction():
+            cat.set_meta(BUILD_UNFINISHED, False)
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def _unfinished_build(cat: Catalog, dirs: list) -> bool:
+    """Is this index what a fresh build of these embed directories left when it was stopped
+    (killed, a damaged shard), so that all of it is that build's own? Also an index created
+    and stopped before its first commit (no model, no rows)."""
+    if cat.get_meta("model_id") is None and cat.max_image_id() == 0:
+        return True
+    same_dirs = cat.get_meta("built_from") == [str(d) for d in open_set(dirs).dirs]
+    return bool(cat.get_meta(BUILD_UNFINISHED)) and same_dirs
 
 
 def _catch_up(store: IndexStore, say) -> bool:
@@ -203,6 +234,8 @@ def _set_meta(cat: Catalog, es: EmbedSet, append: bool) -> None:
     cat.set_meta("space", es.space)
     cat.set_meta("dim", es.dim)
     cat.set_meta("model_file", es.model_file)
+    if not append:  # cleared once vectors.faiss is saved; until then a re-run starts over
+        cat.set_meta(BUILD_UNFINISHED, True)
     earlier = cat.get_meta("built_from", []) if append else []
     earlier = [earlier] if isinstance(earlier, str) else list(earlier or [])
     cat.set_meta("built_from", earlier + [str(d) for d in es.dirs])

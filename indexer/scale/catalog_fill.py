@@ -34,11 +34,19 @@ class Duplicates:
 
     count: int = 0
     examples: list[dict] = field(default_factory=list)  # path, kept, dropped
+    pairs: dict[tuple[str, str], int] = field(default_factory=dict)  # (kept, dropped) -> paths
 
     def add(self, path: str, kept: str, dropped: str) -> None:
         self.count += 1
+        self.pairs[kept, dropped] = self.pairs.get((kept, dropped), 0) + 1
         if len(self.examples) < EXAMPLES:
             self.examples.append({"path": path, "kept": kept, "dropped": dropped})
+
+    def by_source(self) -> list[dict]:
+        """How many paths each (kept, dropped) pair of sources accounts for, most first: a
+        resumed run meets a whole shard again, which is one line, not one per path."""
+        ranked = sorted(self.pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [{"kept": k, "dropped": d, "paths": n} for (k, d), n in ranked]
 
 
 @dataclass
@@ -113,6 +121,8 @@ class _Filler:
                     ]
                     if records:
                         cat.insert_images(records, vecs[keep])
+                        if "taken" in cols:  # shards written since EXIF is carried
+                            cat.store_photos(_photo_rows(cols, np.flatnonzero(keep)))
                         sources.add(ref.source)
                         if meet_skips:
                             cat.forget_skips([r["path"] for r in records])
@@ -165,3 +175,17 @@ class _Filler:
                 gone.append(old_id)
         self.cat.delete_images(older)
         return keep
+
+
+def _photo_rows(cols: dict, rows: np.ndarray) -> list[dict]:
+    """The photos table's rows for these shard rows: their EXIF as `wherein embed` read it,
+    for the same bytes (size, mtime_ns) the images row describes."""
+    return [
+        {
+            "image_id": cols["id"][j],
+            "size": cols["size"][j],
+            "mtime_ns": cols["mtime_ns"][j],
+            **{k: cols[k][j] for k in S.PHOTO_FIELDS},
+        }
+        for j in rows
+    ]

@@ -20,6 +20,7 @@ from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers,
 from wherein.indexer.ingest.walk import WalkProblem
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import entry_for
+from wherein.indexer.paths import make_folder
 from wherein.indexer.scale import records, shards
 from wherein.indexer.scale.sources import list_items, local_path
 
@@ -74,7 +75,7 @@ def embed(
         raise ValueError(f"engine must be one of {ENGINES}")
     t0 = time.perf_counter()
     out = Path(out).expanduser().absolute()
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, "embed directory")
     models = ModelDir(Path(models_root).expanduser().absolute())
     model_id, space, model_file = model_identity(models)
     stats = EmbedStats(str(out), engine)
@@ -142,6 +143,7 @@ def row_of(item_id: int, uri: str, res: Prepared, vector: np.ndarray | None) -> 
         "height": res.height,
         "error": res.error,
         "embedding": vector,
+        "photo": res.photo.as_dict() if res.photo is not None else None,
     }
 
 

@@ -42,20 +42,29 @@ class ShardRef:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        with pq.ParquetFile(self.embed_dir / self.entry["file"]) as f:
-            for batch in f.iter_batches(batch_size=READ_ROWS, columns=columns):
-                t = pa.Table.from_batches([batch])
-                if self.offset and "id" in t.column_names:
-                    shifted = pc.add(t.column("id"), pa.scalar(self.offset, pa.int64()))
-                    t = t.set_column(t.column_names.index("id"), "id", shifted)
-                yield t
+        path = self.embed_dir / self.entry["file"]
+        try:
+            with pq.ParquetFile(path) as f:
+                for batch in f.iter_batches(batch_size=READ_ROWS, columns=columns):
+                    t = pa.Table.from_batches([batch])
+                    if self.offset and "id" in t.column_names:
+                        shifted = pc.add(t.column("id"), pa.scalar(self.offset, pa.int64()))
+                        t = t.set_column(t.column_names.index("id"), "id", shifted)
+                    yield t
+        except (OSError, pa.ArrowException) as exc:  # pages damaged behind an intact footer
+            raise S.ShardError(damaged_shard(path, exc)) from None
         pa.default_memory_pool().release_unused()
 
     def errors(self) -> dict[str, list]:
         """The failed items of this shard: uri, reason, size, mtime_ns (ids shifted)."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        cols = pq.read_table(self.embed_dir / self.entry["errors_file"]).to_pydict()
+        path = self.embed_dir / self.entry["errors_file"]
+        try:
+            cols = pq.read_table(path).to_pydict()
+        except (OSError, pa.ArrowException) as exc:
+            raise S.ShardError(damaged_shard(path, exc)) from None
         cols["id"] = [i + self.offset for i in cols["id"]]
         cols["uri"] = [S.uri_of_cell(u) for u in cols["uri"]]
         return cols
@@ -131,6 +140,37 @@ def open_set(dirs: list[str | Path], first_id: int = 1) -> EmbedSet:
         first["dim"],
         first.get("model_file"),
         offset,
+    )
+
+
+def check_shards(es: EmbedSet) -> None:
+    """Every shard file opens and holds the rows its manifest entry counts: a damaged one is
+    named before anything is written (reading only the footers)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for ref in es.shards:
+        for key, count in (("file", "count"), ("errors_file", "errors")):
+            if not ref.entry.get(key):
+                continue
+            path = ref.embed_dir / ref.entry[key]
+            try:
+                with pq.ParquetFile(path) as f:
+                    rows = f.metadata.num_rows
+            except (OSError, pa.ArrowException) as exc:
+                raise S.ShardError(damaged_shard(path, exc)) from None
+            want = ref.entry.get(count)
+            if want is not None and rows != want:
+                raise S.ShardError(
+                    damaged_shard(path, f"{rows} rows where its manifest counts {want}")
+                )
+
+
+def damaged_shard(path: Path, why: object) -> str:
+    reason = str(why).strip().splitlines()[0] if str(why).strip() else type(why).__name__
+    return (
+        f"{path}: damaged shard ({reason}); delete it and its .done marker, then run "
+        f"`wherein embed` with --out {path.parent.parent} again to rewrite it"
     )
 
 

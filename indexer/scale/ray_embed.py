@@ -18,7 +18,7 @@ import numpy as np
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import entry_for
 from wherein.indexer.scale import records
-from wherein.indexer.scale.shards import uri_of_cell
+from wherein.indexer.scale.shards import PHOTO_FIELDS, uri_of_cell
 from wherein.schemas.models import ImageInput
 
 DECODE_BATCH = 16
@@ -44,6 +44,7 @@ def decode_batch(batch: dict, draft: bool, spec: ImageInput) -> dict:
     cols: dict[str, list[object]] = {
         k: [] for k in ("size", "mtime_ns", "sha256", "width", "height", "error")
     }
+    photos: dict[str, list[object]] = {k: [] for k in PHOTO_FIELDS}
     for j in range(n):
         res = records.load(
             uri_of_cell(str(batch["uri"][j])),
@@ -56,6 +57,9 @@ def decode_batch(batch: dict, draft: bool, spec: ImageInput) -> dict:
             pixels[j] = res.pixels
         for k in cols:
             cols[k].append(getattr(res, k))
+        photo = res.photo.as_dict() if res.photo is not None else {}
+        for k in PHOTO_FIELDS:
+            photos[k].append(photo.get(k))
     out = {"id": batch["id"], "shard": batch["shard"], "uri": batch["uri"], "pixels": pixels}
     out.update(
         {
@@ -63,6 +67,7 @@ def decode_batch(batch: dict, draft: bool, spec: ImageInput) -> dict:
             for k, v in cols.items()
         }
     )
+    out.update({k: np.array(v, dtype=object) for k, v in photos.items()})  # None where unknown
     return out
 
 
@@ -144,7 +149,18 @@ def _collect(ds, writer, progress) -> None:
                     "height": int(batch["height"][j]),
                     "error": err,
                     "embedding": None if err else batch["embedding"][j],
+                    "photo": {k: _plain(batch[k][j]) for k in PHOTO_FIELDS if k in batch},
                 },
             )
         if progress:
             progress(len(batch["id"]))
+
+
+def _plain(value: object) -> object:
+    """A photo field from a Ray batch as the Python value the shard column takes: Arrow
+    hands a null back as NaN in a numpy batch, and an int of a column with nulls as a float."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    return value

@@ -100,8 +100,21 @@ def shard_schema(dim: int):
             ("width", pa.int32()),
             ("height", pa.int32()),
             ("embedding", embedding_type(dim)),
+            *[(name, kind()) for name, kind in _photo_types().items()],
         ]
     )
+
+
+# The photos table's EXIF fields (photometa.PhotoMeta), null where a photo has none; shards
+# written before they were carried lack the columns.
+PHOTO_FIELDS = ("taken", "taken_offset", "make", "model", "lens", "lat", "lon", "orientation")
+
+
+def _photo_types() -> dict:
+    import pyarrow as pa
+
+    kinds = {"lat": pa.float64, "lon": pa.float64, "orientation": pa.int32}
+    return {name: kinds.get(name, pa.string) for name in PHOTO_FIELDS}
 
 
 def error_schema():
@@ -247,7 +260,8 @@ class ShardWriter:
         self.t0 = time.perf_counter()
 
     def add(self, shard: int, row: dict) -> None:
-        """row: id, uri, size, mtime_ns, sha256, width, height, error, embedding (ndarray or None)."""
+        """row: id, uri, size, mtime_ns, sha256, width, height, error, embedding (ndarray or
+        None), and optionally photo (a dict of PHOTO_FIELDS)."""
         buf = self.rows[shard]
         buf.append(row)
         if len(buf) == self.expected[shard]:
@@ -273,6 +287,11 @@ class ShardWriter:
         cols["embedding"] = pa.FixedSizeListArray.from_arrays(
             pa.array(vecs.reshape(-1), pa.float32()), dim
         )
+        for name in PHOTO_FIELDS:
+            values = [(r.get("photo") or {}).get(name) for r in good]
+            if name == "orientation":  # a Ray batch brings a column with nulls as floats
+                values = [None if v is None else int(v) for v in values]
+            cols[name] = values
         table = pa.table(cols, schema=shard_schema(dim))
         errors = pa.table(
             {

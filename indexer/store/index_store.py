@@ -50,6 +50,7 @@ class IndexStore:
         self.vectors = VectorIndex(directory)
         self._lock_fd = lock_fd
         self.sync_note = ""
+        self.damage_note = ""  # the damaged vectors file this process found (and replaced?)
 
     @property
     def writable(self) -> bool:
@@ -98,6 +99,19 @@ class IndexStore:
                 raise
         return store
 
+    def start_over(self) -> None:
+        """Remove the catalog and vectors (not the lock, which this writer holds) and open an
+        empty catalog: for an index whose every file a build that never finished wrote."""
+        assert self.writable
+        self.catalog.close()
+        names = [CATALOG_FILE + s for s in ("", "-wal", "-shm")]
+        names += [FAISS_FILE, SIDECAR_FILE, VECTOR_FILE]
+        names += [p.name for p in self.dir.glob("*.ivfdata")]
+        for name in names:
+            (self.dir / name).unlink(missing_ok=True)
+        self.catalog = Catalog(self.dir / CATALOG_FILE)
+        self.vectors = VectorIndex(self.dir)
+
     def reader(self) -> Catalog:
         """A second, read-only connection to this index's catalog (the caller closes it).
 
@@ -111,6 +125,8 @@ class IndexStore:
         note = self.vectors.sync(self.catalog)
         if note:
             self.sync_note = note
+        if self.vectors.damaged:
+            self.damage_note = self.vectors.damaged  # save() below forgets it once replaced
         if self.vectors.dirty and (persist if persist is not None else self.writable):
             self.vectors.save()
         return note
@@ -161,13 +177,22 @@ class IndexStore:
             rep.fail(f"{bad_dim} embeddings are not {dim}-dimensional")
         note = self.ensure_vectors()
         if note:
-            rep.repaired.append(f"vectors were behind the catalog; {note}")
+            why = "" if self.damage_note else "vectors were behind the catalog; "
+            rep.repaired.append(why + note)
         # Re-read what is on disk, not what is in memory.
         on_disk = VectorIndex(self.dir)
         if cat.count_embedded() and not on_disk.load():
             rep.fail(f"{self.dir / FAISS_FILE}: missing or unreadable")
             return rep
         if on_disk.index is None:
+            return rep
+        damage = on_disk.damage(cat, samples=64)
+        if damage is not None:
+            # Only a read-only check gets here (a writer replaced the file above).
+            rep.fail(
+                f"{damage}; `wherein status --check --index {self.dir}` rebuilds it from the "
+                "catalog where the index is writable and no other process writes it"
+            )
             return rep
         have = np.sort(index_ids(on_disk.index))
         want = cat.embedded_ids()

@@ -11,6 +11,13 @@ An on-disk IVF index (kind ``ivf-sq8-ondisk``) keeps its lists in a memory-mappe
 ``.ivfdata`` file beside ``vectors.faiss``. FAISS stores that file's name inside
 ``vectors.faiss``; wherein stores the bare name and always opens it from the folder
 ``vectors.faiss`` is read from, so an index folder can be moved or copied whole.
+
+Both files can be damaged in ways FAISS reads without complaint (overwritten bytes: ids
+and codes from nowhere, centroids that send queries to the wrong lists). Before the
+first use, ``sync`` checks what was loaded against the catalog (``damage``: list bounds,
+a sample of ids, a sample of vectors that must find themselves); a damaged index is
+rebuilt from the catalog like a missing one, in memory, and saved when the index is
+open for writing.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +43,7 @@ FAISS_FILE = "vectors.faiss"
 SIDECAR_FILE = "vectors.json"
 ONDISK_KIND = "ivf-sq8-ondisk"  # IVF whose lists live in a memory-mapped .ivfdata file
 
+MIN_NLIST = 64
 EXACT_LIMIT = 100_000  # below this, exact search is fast enough and has recall 1.0
 BYTES_PER_VECTOR = {"flat": 4.0, "sq8": 1.0}  # per dimension, plus ids
 
@@ -72,7 +81,9 @@ def choose_index(n: int, dim: int, memory_budget: int | None = None) -> IndexCho
     flat_bytes = n * (dim * 4 + 16)
     if n < EXACT_LIMIT and (memory_budget is None or flat_bytes <= memory_budget):
         return IndexChoice("flat", "IDMap2,Flat")
-    nlist = max(64, min(65536, int(math.sqrt(max(n, 1)))))
+    if n < MIN_NLIST:  # k-means needs a vector per list: exact, whatever the budget
+        return IndexChoice("flat", "IDMap2,Flat")
+    nlist = max(MIN_NLIST, min(65536, int(math.sqrt(max(n, 1)))))
     nlist = 1 << round(math.log2(nlist))
     nprobe = max(16, nlist // 64)
     return IndexChoice("ivf-sq8", f"IVF{nlist},SQ8", nlist, nprobe)
@@ -111,6 +122,8 @@ class VectorIndex:
         self.model_id: str | None = None
         self.dim = 0
         self.dirty = False  # in memory differs from what is on disk: save() would write something
+        self.verified = False  # what load() read was checked against the catalog (damage())
+        self.damaged = ""  # why what is on disk was not used, if it was damaged
 
     @property
     def faiss_path(self) -> Path:
@@ -133,20 +146,60 @@ class VectorIndex:
 
     def load(self) -> bool:
         """Load what is on disk; False when there is nothing usable (it will be rebuilt)."""
+        unreadable = (OSError, ValueError, RuntimeError, MemoryError, TypeError, KeyError)
         try:
             side = json.loads(self.sidecar_path.read_text())
             ondisk = (side.get("index") or {}).get("kind") == ONDISK_KIND
-            index = read_index_file(self.faiss_path, ondisk)
-        except (OSError, ValueError, RuntimeError):
+            choice = IndexChoice(**side["index"])
+            generation, model_id, dim = side["generation"], side["model_id"], side["dim"]
+        # a damaged vectors.json can hold any shape (TypeError, KeyError, AttributeError)
+        except (*unreadable, AttributeError):
             return False
-        choice = IndexChoice(**side["index"])
-        if index.ntotal != side.get("count", -1) or index.d != side.get("dim"):
+        try:
+            index = read_index_file(self.faiss_path, ondisk)
+        except FileNotFoundError:
+            return False
+        # Overwritten bytes can make FAISS ask for absurd allocations (MemoryError).
+        except unreadable as exc:
+            self.damaged = f"{FAISS_FILE} is damaged: {_first_line(exc)}"
+            return False
+        if index.ntotal != side.get("count", -1) or index.d != dim:
             return False  # the sidecar describes another file: treat as stale
         self.index, self.choice = index, choice
-        self.generation, self.model_id, self.dim = side["generation"], side["model_id"], side["dim"]
+        self.generation, self.model_id, self.dim = generation, model_id, dim
         apply_search_params(index, choice)
         self.dirty = False
+        self.verified = False
         return True
+
+    def damage(self, catalog: Catalog, samples: int = 8) -> str | None:
+        """What is wrong with the loaded index, checked against the catalog; None if nothing.
+
+        Cheap enough for every open: ``samples`` entries spread over the id map or the lists
+        must hold catalog ids, and their codes must be what the index's own quantizer makes
+        of those ids' catalog vectors (flat: the vectors themselves). Random ids, codes or
+        centroids fail all of them; a healthy index, however coarse its quantizer, passes.
+        """
+        if self.index is None or self.index.ntotal == 0:
+            return None
+        name = FAISS_FILE
+        lists = ondisk_lists(self.index)
+        if lists is not None:
+            name = f"{FAISS_FILE} or its {PurePath(lists.filename).name}"
+        entries = _sample_entries(self.index, samples)
+        picked = np.array([e[2] for e in entries], np.int64)
+        if len(picked) == 0 or picked.min() < 1 or picked.max() >= catalog.next_image_id():
+            return f"{name} is damaged: it holds ids that are no catalog row"
+        if not self.is_current(catalog):
+            return None  # rows came and went since: sync updates it by id difference
+        ids, vecs = catalog.vectors_for(np.unique(picked))
+        if len(ids) < len(np.unique(picked)):
+            return f"{name} is damaged: it holds ids that are no catalog row"
+        by_id = dict(zip(ids.tolist(), unit_rows(vecs), strict=True))
+        for lst, pos, image_id in entries:
+            if not _entry_matches(self.index, lst, pos, image_id, by_id[image_id]):
+                return f"{name} is damaged: its vectors differ from the catalog's"
+        return None
 
     def save(self) -> None:
         assert self.index is not None and self.choice is not None
@@ -162,6 +215,17 @@ class VectorIndex:
         }
         write_atomic(self.sidecar_path, json.dumps(side, indent=2).encode())
         self.dirty = False
+        self.damaged = ""
+        self._drop_unused_ivfdata()
+
+    def _drop_unused_ivfdata(self) -> None:
+        """After a save: list files no index points at any more (a damaged or outgrown on-disk
+        index rebuilt in memory); readers that mapped one keep their mapping."""
+        lists = ondisk_lists(self.index) if self.index is not None else None
+        keep = PurePath(lists.filename).name if lists is not None else None
+        for path in self.dir.glob("*.ivfdata"):
+            if path.name != keep:
+                path.unlink(missing_ok=True)
 
     def is_current(self, catalog: Catalog) -> bool:
         return (
@@ -184,6 +248,7 @@ class VectorIndex:
     def _sync(self, catalog: Catalog, memory_budget: int | None) -> str:
         model_id = catalog.get_meta("model_id")
         dim = int(catalog.get_meta("dim", 0) or 0)
+        damaged = self._drop_if_damaged(catalog)
         if self.is_current(catalog):
             return ""
         n = catalog.count_embedded()
@@ -196,13 +261,21 @@ class VectorIndex:
             or self.choice.kind != want.kind
             or (want.kind != "flat" and _ivf_outgrown(self.choice, want))
         )
-        if needs_rebuild and self._disk_is_current(catalog) and self.load():
+        if (
+            needs_rebuild
+            and not damaged
+            and self._disk_is_current(catalog)
+            and self.load()
+            and not self._drop_if_damaged(catalog)
+        ):
             # A writer already saved this generation (a long-running reader such as
             # `serve` after a re-index): reading it beats rebuilding, which may train IVF.
             return f"reloaded {self.faiss_path.name} ({self.ntotal} vectors)"
         if needs_rebuild:
             self._rebuild(catalog, want, dim)
             action = f"rebuilt {want.kind} index from catalog ({n} vectors)"
+            if self.damaged:
+                action = f"{self.damaged}; {action}"
         else:
             assert self.index is not None
             have = index_ids(self.index)
@@ -219,6 +292,18 @@ class VectorIndex:
         self.generation, self.model_id, self.dim = catalog.generation, model_id, dim
         self.dirty = True
         return action
+
+    def _drop_if_damaged(self, catalog: Catalog) -> bool:
+        """Check a freshly loaded index once; a damaged one is dropped (and rebuilt by sync)."""
+        if self.index is None or self.verified or self.model_id != catalog.get_meta("model_id"):
+            return False  # another model's vectors are rebuilt anyway
+        self.verified = True
+        problem = self.damage(catalog)
+        if problem is None:
+            return False
+        self.damaged = problem
+        self.index = self.choice = None
+        return True
 
     def _disk_is_current(self, catalog: Catalog) -> bool:
         side = self.sidecar() or {}
@@ -240,6 +325,7 @@ class VectorIndex:
             index.add_with_ids(unit_rows(vecs), ids)
         apply_search_params(index, choice)
         self.index, self.choice = index, choice
+        self.verified = True  # built here from the catalog
 
     def search(self, queries: np.ndarray, k: int, selector: faiss.IDSelector | None = None):
         """(scores [q, k], ids [q, k]); ids are -1 past the end."""
@@ -313,6 +399,8 @@ def read_index_file(path: Path, ondisk: bool = False) -> faiss.Index:
         raise IndexError_(
             f"{data}: {size} bytes, {path.name} needs {lists.totsize} (an incomplete copy?)"
         )
+    if not _lists_fit(lists, index.ntotal):  # a damaged vectors.faiss: rebuilt by the caller
+        raise RuntimeError(f"its list table does not fit {data.name}")
     lists.filename = str(data)
     lists.read_only = not os.access(data, os.W_OK)
     try:
@@ -341,6 +429,68 @@ def _ivfdata_named_by_file_name(index: faiss.Index, folder: Path) -> Iterator[No
         yield
     finally:
         lists.filename = full
+
+
+def _first_line(exc: BaseException) -> str:
+    # FAISS' C++ exceptions carry a multi-line trace of where they were thrown.
+    text = str(exc).strip().splitlines()
+    line = text[-1].strip() if text else type(exc).__name__
+    return re.sub(r"^Error in .*? at \S+:\d+: ", "", line)
+
+
+def _lists_fit(lists: faiss.OnDiskInvertedLists, ntotal: int) -> bool:
+    """Every list lies inside the .ivfdata and the sizes add up to the index's count: a
+    list table that does not (overwritten bytes) would read outside the mapping (SIGBUS)."""
+    entry = lists.code_size + 8  # codes, then one int64 id per vector
+    total = 0
+    for k in range(lists.nlist):
+        one = lists.lists.at(k)  # type: ignore[attr-defined]  # a SWIG vector, stubbed as a list
+        if one.size > one.capacity or one.offset + one.capacity * entry > lists.totsize:
+            return False
+        total += one.size
+    return total == ntotal
+
+
+def _sample_entries(index: faiss.Index, n: int) -> list[tuple[int, int, int]]:
+    """Up to n (list, position, id) entries spread over an IVF's lists (list -1: an id map)."""
+    if isinstance(index, faiss.IndexIDMap2 | faiss.IndexIDMap):
+        ids = faiss.vector_to_array(index.id_map)
+        return [(-1, -1, int(i)) for i in ids[:: max(1, len(ids) // n)][:n]]
+    ivf = faiss.extract_index_ivf(index)
+    invlists = ivf.invlists
+    assert invlists is not None  # an IVF index always holds its lists
+    full = [k for k in range(ivf.nlist) if invlists.list_size(k)]
+    out = []
+    for k in full[:: max(1, len(full) // n)][:n]:
+        size = invlists.list_size(k)
+        out.append((k, size // 2, int(faiss.rev_swig_ptr(invlists.get_ids(k), size)[size // 2])))
+    return out
+
+
+def _entry_matches(index: faiss.Index, lst: int, pos: int, image_id: int, vec: np.ndarray) -> bool:
+    """Does the index hold vec for image_id at (lst, pos)? An IVF,SQ entry is compared as the
+    code its quantizer gives vec in that list: within a step or two per dimension (the index
+    was filled from float32 shards, the catalog may keep float16), however coarse the
+    quantizer or clamped the vector, where bytes from elsewhere are off by ~85 on average."""
+    if lst < 0:
+        # float16 rows (vectors.f16) are within half a unit in the 11th bit of float32
+        return bool(np.allclose(index.reconstruct(image_id), vec, atol=2e-3))
+    ivf = faiss.extract_index_ivf(index)  # its methods are virtual: the SQ's own run
+    invlists = ivf.invlists
+    assert invlists is not None
+    if not isinstance(faiss.downcast_index(ivf), faiss.IndexIVFScalarQuantizer):
+        got = np.zeros(ivf.d, np.float32)
+        ivf.reconstruct_from_offset(lst, pos, faiss.swig_ptr(got))
+        return bool(np.allclose(got, vec, atol=2e-3))
+    size = ivf.code_size
+    x = np.ascontiguousarray(vec.reshape(1, -1), dtype=np.float32)
+    want = np.zeros(size, np.uint8)
+    list_nos = np.array([lst], np.int64)
+    ivf.encode_vectors(1, faiss.swig_ptr(x), faiss.swig_ptr(list_nos), faiss.swig_ptr(want))
+    codes = faiss.rev_swig_ptr(invlists.get_codes(lst), invlists.list_size(lst) * size)
+    have = codes[pos * size : (pos + 1) * size]
+    diff = np.abs(want.astype(np.int16) - np.asarray(have, np.uint8).astype(np.int16))
+    return bool(np.isfinite(vec).all() and diff.mean() <= 2.0)
 
 
 def _ivf_outgrown(have: IndexChoice, want: IndexChoice) -> bool:

@@ -39,6 +39,7 @@ def register(cli: click.Group) -> None:
                 "For real SigLIP 2 + CLIPSeg run `wherein models pull` (about 1 GB)."
             )
             models = ModelDir(build_standin_models(standin))
+            _optimize_like_pull(models, workdir / "index")
         else:
             click.echo(f"Using the real models in {models.root}.")
         photos = workdir / "photos"
@@ -65,3 +66,16 @@ def register(cli: click.Group) -> None:
             f"\nNext: export WHEREIN_INDEX={index_dir.resolve()} WHEREIN_MODELS={models.root.resolve()}, then try "
             '`wherein search "blue"` or `wherein index ~/Pictures`.'
         )
+
+
+def _optimize_like_pull(models, index_dir: Path) -> None:
+    """What `models pull` ends with, on the stand-ins: the fastest graphs that pass their
+    gates (verified on the bundled sample; the demo's `index` verifies again on its photos)."""
+    from wherein.indexer.models.optimize.service import always, optimize_models
+
+    click.echo(
+        f"\n$ wherein models optimize --models {models.root}   (what `models pull` ends with)"
+    )
+    report = optimize_models(models, index_dir, confirm=always, log=lambda s: None)
+    for o in report.outcomes:
+        click.echo(f"  {o.model:<14} {o.status:<10} {o.message}")

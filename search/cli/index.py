@@ -84,12 +84,22 @@ def index(
     """
     from wherein.indexer import paths as P
     from wherein.indexer.ingest.run import Indexer
+    from wherein.indexer.ingest.walk import NOT_INDEXABLE, ignored_root
+
+    if all(ignored_root(p) for p in paths):  # before an index folder is made for nothing
+        raise click.ClickException(f"{', '.join(map(str, paths))}: {NOT_INDEXABLE}")
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.models.registry import load_image_embedder
     from wherein.indexer.store.index_store import IndexStore
 
     models = ModelDir(P.models_dir(models_dir))
     standin_banner(models, fmt)
+    if models.image_reverify_pending():  # verified on the bundled sample only: now on these photos
+        from wherein.indexer.models.optimize.service import reverify_image
+
+        line = reverify_image(models, list(paths))
+        if line:
+            click.echo(line, err=True)
     tower = load_image_embedder(models, threads)
     with IndexStore.open(
         P.index_dir(index_dir),
@@ -146,7 +156,7 @@ def _report(stats, total: int, fmt: str | None) -> None:
             f"{stats.skipped} skipped ({stats.images_per_second:.1f} images/s)"
         )
         for p in stats.problems:
-            if not p.root:  # a root that cannot be read is the error line below
+            if not p.root and not p.ignored:  # those are the lines below
                 click.echo(f"  could not read {p.path}: {p.reason}", err=True)
         if stats.skipped:
             click.echo("  see `wherein status` for skipped files and reasons")
@@ -157,6 +167,9 @@ def _report(stats, total: int, fmt: str | None) -> None:
             "interrupted: everything committed so far is kept; run again to resume", err=True
         )
         sys.exit(130)
+    for p in stats.problems:  # a shell glob passing a notes file along with the photos
+        if p.ignored:
+            click.echo(f"  ignored {p.path}: {p.reason}", err=True)
     if stats.bad_roots:
         # After indexing the other roots; a missing root deletes nothing it held (plan.py).
         raise click.ClickException(

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import functools
-import os
 import sys
 from pathlib import Path
 
 import click
 
+from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE, SIGLIP_TEXT
 from wherein.search.cli.options import (
     echo_json,
     friendly_errors,
@@ -18,21 +17,15 @@ from wherein.search.cli.options import (
     models_option,
 )
 
-PARTS = ("siglip2-image", "clipseg", "siglip2-text")
+# The order optimize_models runs them in (indexer/models/optimize/service.py: not imported
+# here, the CLI's import must stay light for `wherein search`).
+PARTS = (SIGLIP_IMAGE.key, CLIPSEG.key, SIGLIP_TEXT.key)
 
 
 def register(cli: click.Group) -> None:
     models = cli.commands["models"]
     assert isinstance(models, click.Group)  # registered before this module's register()
     models.add_command(optimize)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def self_test_report(root: Path, fmt: str = "table") -> dict:
@@ -69,7 +62,8 @@ def self_test_report(root: Path, fmt: str = "table") -> dict:
     "-y",
     "--yes",
     is_flag=True,
-    help="Switch the image tower without asking (the next `wherein index` re-embeds).",
+    help="Switch the image tower without asking (the next `wherein index` re-embeds). Without "
+    "it and without a terminal to ask at, a switch that re-embeds an index is not made.",
 )
 @click.option(
     "--count",
@@ -95,87 +89,64 @@ def optimize(models_dir, index_dir, only, force, yes, count, min_speedup, no_sel
                    switching it makes the next `wherein index` re-embed every image
     clipseg        the same for CLIPSeg's vision graph (masks), and its text graph at
                    16 token positions instead of 77 (exact; a new prompt costs less)
-    siglip2-text   LiteRT text tower: searches start without torch ([convert] extra)
+    siglip2-text   LiteRT text tower: searches start without torch
 
     Re-runnable: graphs that are current are left alone (--force rebuilds them).
     """
     from wherein.indexer import paths as P
     from wherein.indexer.models.modeldir import ModelDir
-    from wherein.indexer.models.optimize import build as O
-    from wherein.indexer.models.optimize.inputs import load_sample
-    from wherein.search.output import table
+    from wherein.indexer.models.optimize.service import optimize_models
 
     md = ModelDir(P.models_dir(models_dir))
-    index = P.index_dir(index_dir)
-    parts = only or PARTS
     quiet = fmt != "table"
     log = (lambda s: click.echo(s, err=True)) if quiet else click.echo
-    outcomes, estimate = [], None
-    samples = functools.cache(lambda: load_sample(index, count))
-    if "siglip2-image" in parts:
-        out = O.prepare_image(md, samples, force, log, min_speedup)
-        if out.status == "ready":
-            estimate = O.reembed_estimate(samples(), out, len(os.sched_getaffinity(0)))
-            _announce_switch(out, estimate, index, log)
-            if (
-                estimate["images"]
-                and not yes
-                and not quiet
-                and sys.stdin.isatty()
-                and not click.confirm("Switch the image tower now?", default=True)
-            ):
-                O.discard(md, out)
-                out.status, out.message = "declined", "kept the current image tower"
-            else:
-                O.adopt_image(md, out)
-        outcomes.append(out)
-    if "clipseg" in parts:
-        outcomes.append(O.optimize_clipseg(md, samples, force, log, min_speedup))
-        outcomes.append(O.optimize_clipseg_text(md, force, log, min_speedup))
-    if "siglip2-text" in parts:
-        outcomes.append(O.optimize_text(md, force, log))
-    result = {
-        "models": str(md.root),
-        "verified_on": samples().origin if samples.cache_info().currsize else None,
-        "optimized": [o.to_json() for o in outcomes],
-        "reembed": estimate,
-    }
-    if not quiet:
+    report = optimize_models(
+        md,
+        P.index_dir(index_dir),
+        only or PARTS,
+        _confirm(yes),
+        force,
+        count,
+        min_speedup,
+        log,
+    )
+    finish(report, fmt, no_self_test)
+
+
+def _confirm(yes: bool):
+    """Who says yes to a switch that re-embeds the index: --yes, else the user at a terminal
+    (asked on stderr, so --json output stays clean), else nobody (the switch is not made)."""
+    if yes:
+        return lambda _estimate: True
+    if sys.stdin.isatty():
+        return lambda _estimate: click.confirm(
+            "Switch the image tower now?", default=True, err=True
+        )
+    return None
+
+
+def finish(report, fmt: str, no_self_test: bool = False) -> None:
+    """Print what optimize did (a table, or JSON with the self-test) and exit 1 when the
+    self-test fails."""
+    from wherein.search.output import table
+
+    result = report.to_json()
+    if fmt == "table":
         click.echo("")
         click.echo(
             table(
                 [
                     {"model": o.model, "status": o.status, "file": o.file, "result": o.message}
-                    for o in outcomes
+                    for o in report.outcomes
                 ],
                 ["model", "status", "file", "result"],
             )
         )
     self_ok = True
     if not no_self_test:
-        result["self_test"] = self_test_report(md.root, fmt)
+        result["self_test"] = self_test_report(report.root, fmt)
         self_ok = result["self_test"]["ok"]
     if fmt == "json":
         echo_json(result)
     if not self_ok:
         sys.exit(1)
-
-
-def _announce_switch(out, estimate: dict, index: Path, log) -> None:
-    """Say what switching costs before it happens: the whole catalog re-embeds."""
-    ms = out.figures["ms_per_image"]
-    log(
-        f"verified: {out.file} passes ({ms['source']:.0f} -> {ms['candidate']:.0f} ms/image "
-        f"on {ms['threads']} threads)"
-    )
-    n = estimate["images"]
-    if not n:
-        log("switching the image tower (the index is empty: nothing to re-embed)")
-        return
-    log(
-        f"Switching the image tower is a model change: the index at {index} holds {n:,} images, "
-        f"and the next `wherein index` drops their vectors and re-embeds every one, about "
-        f"{_duration(estimate['seconds'])} here ({estimate['model_ms']:.0f} ms/image model, measured "
-        f"now, + {estimate['decode_ms']:.0f} ms/image decoding spread over the cores). "
-        "Searches use the old vectors until then."
-    )

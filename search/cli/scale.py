@@ -149,7 +149,9 @@ def embed(
 )
 @index_option
 @click.option(
-    "--max-memory", default=None, help="Memory budget for the vectors, e.g. 4G, 512M [no limit]."
+    "--max-memory",
+    default=None,
+    help="Memory budget for the vectors, e.g. 4G, 512M (at least 32K) [no limit].",
 )
 @click.option(
     "--append",
@@ -178,11 +180,11 @@ def build_index(embed_dirs, index_dir, max_memory, append, rescore, quiet, fmt):
     shard's row.
     """
     from wherein.indexer import paths as P
+    from wherein.indexer.scale.build_index import MIN_MEMORY_BUDGET, parse_bytes
     from wherein.indexer.scale.build_index import build_index as run_build
-    from wherein.indexer.scale.build_index import parse_bytes
 
     try:
-        budget = parse_bytes(max_memory) if max_memory else None
+        budget = parse_bytes(max_memory, MIN_MEMORY_BUDGET) if max_memory is not None else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--max-memory") from None
     say = None if quiet or fmt == "json" else (lambda m: click.echo(m, err=True))
@@ -205,12 +207,16 @@ def _echo_build(stats) -> None:
         f"{stats.skipped} failed items recorded as skipped"
     )
     if stats.duplicates:
+        replaced = f" ({stats.replaced} replaced rows of the index)" if stats.replaced else ""
         click.echo(
             f"{stats.duplicates} path(s) were in more than one place; the newest shard's row "
-            f"was kept{' (' + str(stats.replaced) + ' replaced rows of the index)' if stats.replaced else ''}, e.g.:"
+            f"was kept{replaced}:"
         )
-        for ex in stats.duplicate_examples[:3]:
-            click.echo(f"  {ex['path']}: kept {ex['kept']}, dropped {ex['dropped']}")
+        for src in stats.duplicate_sources[:3]:
+            click.echo(f"  {src['paths']}: kept {src['kept']}, dropped {src['dropped']}")
+        if len(stats.duplicate_sources) > 3:
+            rest = sum(s["paths"] for s in stats.duplicate_sources[3:])
+            click.echo(f"  {rest}: {len(stats.duplicate_sources) - 3} other pairs of sources")
     if stats.reclaimed_bytes:
         from wherein.search.output import human_bytes
 

@@ -16,7 +16,7 @@ from wherein.search.cli.options import (
     raw_option,
     standin_banner,
 )
-from wherein.search.web import DEFAULT_PREFETCH_MASKS
+from wherein.search.web import DEFAULT_PREFETCH_MASKS, bound_malloc
 
 DEFAULT_PORT = 8765
 
@@ -121,6 +121,7 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
     from wherein.search.api import MODEL_TEMPLATE
     from wherein.search.web.app import create_app
 
+    bound_malloc()  # before any server thread exists
     ctx = click.get_current_context()
     sock = listen(host, port, ctx.get_parameter_source("port") is not ParameterSource.DEFAULT)
     port = sock.getsockname()[1]

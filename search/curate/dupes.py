@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
-from wherein.schemas.errors import WhereinError
+from wherein.schemas.errors import UsageError
 from wherein.schemas.records import Hit
+from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, tie_key
 
 REAL_THRESHOLD = 0.95
 STANDIN_THRESHOLD = 0.998
@@ -94,7 +95,7 @@ def find_duplicates(
     if threshold is None and not exact_only:
         threshold = default_threshold(cat.get_meta("space"))
     if threshold is not None and not -1.0 <= threshold <= 1.0:
-        raise WhereinError("--threshold is a cosine: between -1 and 1")
+        raise UsageError("--threshold is a cosine: between -1 and 1")
     uf = UnionFind()
     for ids in cat.exact_duplicate_groups():
         for other in ids[1:]:
@@ -140,8 +141,9 @@ def _near_pairs(store, threshold: float, batch: int) -> dict[tuple[int, int], fl
         return {}
     choice = store.vectors.choice
     approx = choice is not None and choice.kind != "flat"
-    radius = threshold - _APPROX_MARGIN if approx else threshold
-    radius = float(np.nextafter(np.float32(radius), np.float32(-2)))  # FAISS keeps scores > radius
+    # The cut below is on threshold - THRESHOLD_SLACK; FAISS's float32 scores are off by
+    # ~1e-7 (flat) or ~1e-3 (SQ8): ask it for a little more.
+    radius = threshold - (_APPROX_MARGIN if approx else 2 * THRESHOLD_SLACK)
     pairs: dict[tuple[int, int], float] = {}
     for ids, vecs in store.catalog.iter_vectors(batch):
         lims, scores, found = index.range_search(unit_rows(vecs), radius)
@@ -153,7 +155,7 @@ def _near_pairs(store, threshold: float, batch: int) -> dict[tuple[int, int], fl
                     pairs[key] = max(pairs.get(key, -2.0), float(s))
     if approx and pairs:
         pairs = _rescore(store.catalog, pairs)
-    return {k: v for k, v in pairs.items() if v >= threshold - 1e-6}
+    return {k: v for k, v in pairs.items() if v >= threshold - THRESHOLD_SLACK}
 
 
 def _rescore(cat, pairs: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
@@ -161,7 +163,11 @@ def _rescore(cat, pairs: dict[tuple[int, int], float]) -> dict[tuple[int, int], 
     got, vecs = cat.vectors_for(ids)
     pos = {int(i): n for n, i in enumerate(got)}
     vecs = unit_rows(vecs)
-    return {(a, b): float(vecs[pos[a]] @ vecs[pos[b]]) for a, b in pairs if a in pos and b in pos}
+    return {
+        (a, b): float(exact_scores(vecs[pos[a]], vecs[pos[b]]))
+        for a, b in pairs
+        if a in pos and b in pos
+    }
 
 
 def _keeper_key(row: dict, exists: bool):
@@ -172,7 +178,8 @@ def _keeper_key(row: dict, exists: bool):
 def _describe(
     cat, ids: list[int], pairs: dict[tuple[int, int], float]
 ) -> list[tuple[dict, float, str]]:
-    """[(row, cosine with keeper, 'keeper' | 'exact' | 'near')], keeper first, then by cosine."""
+    """[(row, cosine with keeper, 'keeper' | 'exact' | 'near')], keeper first, then by cosine
+    (see wherein.search.ranking), then by id."""
     rows = cat.hit_rows(ids)
     present = [rows[i] for i in ids if i in rows]
     if not present:
@@ -200,9 +207,12 @@ def _describe(
         elif r["sha256"] == keeper["sha256"]:
             out.append((r, 1.0, "exact"))
         elif kvec is not None and r["id"] in vec_of:
-            out.append((r, float(np.clip(vec_of[r["id"]] @ kvec, -1.0, 1.0)), "near"))
+            cos = float(exact_scores(vec_of[r["id"]], kvec))
+            out.append((r, float(np.clip(cos, -1.0, 1.0)), "near"))
         else:
             best = max((s for (a, b), s in pairs.items() if r["id"] in (a, b)), default=0.0)
             out.append((r, best, "near"))
-    out.sort(key=lambda t: (t[2] != "keeper", -t[1], t[0]["path"]))
+    # Equal cosines (to SCORE_DECIMALS) by id: last-bit differences between CPUs must not
+    # reorder a group.
+    out.sort(key=lambda t: (t[2] != "keeper", -float(tie_key(t[1])), t[0]["id"]))
     return out

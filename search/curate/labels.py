@@ -23,14 +23,15 @@ import numpy as np
 
 from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.catalog import CatalogReadOnly
-from wherein.schemas.errors import IndexError_, WhereinError
+from wherein.schemas.errors import IndexError_, UsageError
 from wherein.schemas.records import Hit
 from wherein.search.query import is_text
+from wherein.search.ranking import tie_key
 
 RAW_TEMPLATE = "{}"
 
 
-class LabelError(WhereinError):
+class LabelError(UsageError):
     """Bad labels or template."""
 
 
@@ -144,7 +145,7 @@ def label_hits(catalog, run: LabelRun) -> list[Hit]:
     )
     hits: list[Hit] = []
     for i in order:
-        best = int(np.argmax(run.probabilities[i]))
+        best = int(np.argmax(tie_key(run.probabilities[i])))  # equal: the first label given
         extra = {
             "label": run.labels[best],
             "labels": {label: float(run.probabilities[i, j]) for j, label in enumerate(run.labels)},

@@ -13,14 +13,15 @@ from __future__ import annotations
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
-from wherein.schemas.errors import WhereinError
+from wherein.schemas.errors import UsageError
 from wherein.schemas.records import Hit
+from wherein.search.ranking import rank_order
 
 
 def uniqueness(store, k: int = 10, batch: int = 1024) -> tuple[np.ndarray, np.ndarray, int]:
     """(ids, uniqueness, k used): k shrinks to n - 1 on small indexes."""
     if k < 1:
-        raise WhereinError("--k must be at least 1")
+        raise UsageError("--k must be at least 1")
     store.ensure_vectors(persist=False)
     index = store.vectors.index
     n = 0 if index is None else int(index.ntotal)
@@ -43,7 +44,7 @@ def uniqueness(store, k: int = 10, batch: int = 1024) -> tuple[np.ndarray, np.nd
 def unique_hits(store, k: int = 10, top: int | None = 20) -> list[Hit]:
     """The most unique images first; score = mean cosine to the k neighbours, extra: uniqueness, k."""
     ids, u, k_used = uniqueness(store, k)
-    order = np.lexsort((ids, -u))  # most unique first, ties by id
+    order = rank_order(u, ids)  # most unique first; equal (to 6 places): by id
     if top is not None:
         order = order[:top]
     rows = store.catalog.hit_rows(ids[order])

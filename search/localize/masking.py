@@ -31,6 +31,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from wherein.indexer.imaging import DecodeError, decode
+from wherein.indexer.paths import make_folder
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE, CLIPSEG_MASK_THRESHOLD
 from wherein.schemas.records import HIT_MASK_FIELDS
@@ -349,6 +350,8 @@ def mask_file(
     """Masks of several prompts on one image (one vision pass); with out_dir, writes
     <stem>.<prompt>.mask.png / .overlay.jpg (a repeated prompt slug gets -2, -3, ...)."""
     path = Path(path)
+    if out_dir is not None:
+        make_folder(out_dir, "mask folder")  # before the work, not after it
     try:
         seen = see(model, path, store)
     except DecodeError as exc:
@@ -359,7 +362,6 @@ def mask_file(
         res = mask_of(model, prompt, seen.features, seen.size)
         files: dict[str, str] = {}
         if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
             name, i = file_base(path.stem, prompt), 2
             while name in used:
                 name, i = f"{file_base(path.stem, prompt)}-{i}", i + 1
@@ -459,7 +461,7 @@ def add_masks_to_hits(
         values = hit_values(res)
         if min_mask_area is not None and values["mask_area"] < min_mask_area:
             return values  # dropped below: no files for it
-        out_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(out_dir, "mask folder")
         base = file_base(path.stem, prompt, _hit_get(hit, "rank"))
         files = write_mask_files(res, seen, out_dir, base, path if full_size_overlays else None)
         return {**values, "mask_path": files["mask"], "overlay_path": files["overlay"]}

@@ -46,6 +46,11 @@ class VisionCache:
                 self._entries.move_to_end(key)
             return seen
 
+    def drop(self, key: Hashable) -> None:
+        """Forget one entry (its photo is gone: its pass must not make another mask)."""
+        with self._lock:
+            self._entries.pop(key, None)
+
     def get(self, key: Hashable, compute: Callable[[], Seen]) -> Seen:
         """The entry for key, computing it (once, however many threads ask) when absent."""
         seen = self.peek(key)

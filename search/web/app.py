@@ -25,13 +25,16 @@ while the app runs show up in the next search, without a restart.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import logging
 import os
+import re
 import threading
 from collections import Counter
-from collections.abc import Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -64,6 +67,11 @@ MAX_PER_PAGE = 200
 PAGE_BLOCK = 200
 MAX_RESULTS = 10_000  # page * per_page: deeper than anyone scrolls
 MAX_ID = 2**62  # SQLite integers are 64-bit: larger values would overflow, not miss
+# Threads for the heavy work (decoding a photo for a thumbnail or preview; a search, whose
+# query encoding allocates tensors and starts a team of OpenMP threads per calling thread):
+# more than the cores only adds memory, since each holds its image or tensors and malloc
+# keeps freed heap per thread. Requests hand the work to these few and wait.
+WORK_THREADS = max(2, min(4, os.cpu_count() or 2))
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 # The page needs nothing from elsewhere; /docs loads Swagger UI from a CDN, so it is exempt.
 CSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'"
@@ -107,11 +115,16 @@ class WebState:
         self.index_dir = self.searcher.store.dir
         self.catalog = self.searcher.store.reader()
         self.db_lock = threading.Lock()
+        self._closed = False
         self.cache_dir = self.index_dir / "cache"
         writable = usable_cache(self.cache_dir)
-        self.thumbs = ResizedCache(self.cache_dir / "thumbs" if writable else None, THUMB_SIDE)
+        self.decoding = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-decode")
+        self.searching = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-search")
+        self.thumbs = ResizedCache(
+            self.cache_dir / "thumbs" if writable else None, THUMB_SIDE, pool=self.decoding
+        )
         self.previews = ResizedCache(
-            self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85
+            self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85, pool=self.decoding
         )
         self.janitor = CacheJanitor(
             self.cache_dir, cache_bytes if cache_bytes is not None else cache_limit_bytes()
@@ -125,19 +138,41 @@ class WebState:
         self._folders: tuple[tuple, list[dict]] | None = None
 
     def close(self) -> None:
+        # The mask worker reads catalog rows (its guesses resolve hits): it stops first, and
+        # the catalog closes under the lock its readers take, never under a read.
         self.masks.close()
-        self.catalog.close()
+        self.decoding.shutdown(cancel_futures=True)
+        self.searching.shutdown(cancel_futures=True)
+        with self.db_lock:
+            self._closed = True
+            self.catalog.close()
         self.searcher.close()
 
     def indexed(self, image_id: int) -> IndexedFile:
         with self.db_lock:
+            if self._closed:
+                raise IndexError_("the web app is shutting down")
             row = self.catalog.rows_by_ids([image_id]).get(image_id)
         if row is None:
             raise NotFound(f"image {image_id}: not in this index")
         return IndexedFile.from_row(row)
 
+    @contextmanager
+    def serving(self, f: IndexedFile) -> Iterator[None]:
+        """Around serving one image's derivatives: when its file turns out gone, drop what
+        the caches keep of it (thumbnail, preview, masks) and answer 404."""
+        try:
+            yield
+        except NotFound:
+            self.thumbs.forget(f.id)
+            self.previews.forget(f.id)
+            self.masks.forget(f)
+            raise
+
     def folders(self) -> list[dict]:
         with self.db_lock:
+            if self._closed:
+                raise IndexError_("the web app is shutting down")
             stamp = (
                 self.catalog.generation,
                 self.catalog.count_images(),
@@ -224,12 +259,35 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message, "status": status}, status_code=status)
 
 
-def host_name(header: str) -> str:
-    """The host part of a Host header: 'localhost:8765' -> 'localhost', '[::1]:8765' -> '[::1]'."""
-    header = header.strip().lower()
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_HOSTNAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")  # also matches an IPv4 literal
+_PORT = re.compile(r"[0-9]{1,5}")
+_IPV6 = re.compile(r"[0-9a-f:.]+")  # no zone id ("%eth0"): never a loopback name
+
+
+def host_name(header: str) -> str | None:
+    """The host of a Host header, lower-cased: 'localhost:8765' -> 'localhost',
+    '[::1]:8765' -> '[::1]'; None unless the header is exactly a host name or IP literal
+    and an optional port of digits (no spaces, quotes, user info, paths or second ports).
+    """
+    header = header.lower()
     if header.startswith("["):
-        return header[: header.find("]") + 1] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+        end = header.find("]")
+        host, rest = header[: end + 1], header[end + 1 :]
+        if end < 0 or not _IPV6.fullmatch(host[1:-1]):
+            return None
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return None
+    else:
+        host, colon, port = header.partition(":")
+        rest = colon + port
+        if len(host) > 253 or not _HOSTNAME.fullmatch(host):
+            return None
+    if rest and not (rest[0] == ":" and _PORT.fullmatch(rest[1:]) and int(rest[1:]) <= 65535):
+        return None
+    return host
 
 
 class TrustedHosts:
@@ -249,13 +307,14 @@ class TrustedHosts:
         if self.any or scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        host = host_name(Headers(scope=scope).get("host", ""))
-        if host in self.allowed:
+        header = Headers(scope=scope).get("host", "")
+        host = host_name(header)
+        if host is not None and host in self.allowed:
             await self.app(scope, receive, send)
             return
         response = _error(
             400,
-            f"host {host[:80]!r} is not served here: open the address `wherein serve` printed "
+            f"host {header[:80]!r} is not served here: open the address `wherein serve` printed "
             "(it answers loopback names only unless started with --host)",
         )
         await response(scope, receive, send)
@@ -444,16 +503,22 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
             if min_probability is not None
             else min(-(-(end + 1) // PAGE_BLOCK) * PAGE_BLOCK, MAX_RESULTS + 1)
         )
-        hits = state.searcher.search(
-            query,
-            k=k,
-            min_probability=min_probability,
-            under=under,
-            sort=sort,
-            taken=taken,
-            camera=camera,
-            near=near,
-        )
+
+        def run() -> tuple[list, dict, list]:
+            hits = state.searcher.search(
+                query,
+                k=k,
+                min_probability=min_probability,
+                under=under,
+                sort=sort,
+                taken=taken,
+                camera=camera,
+                near=near,
+            )
+            timings = {k: round(v, 2) for k, v in state.searcher.last_timings.items()}
+            return hits, timings, list(state.searcher.last_warnings)
+
+        hits, timings, warnings = state.searching.submit(run).result()
         total = len(hits) if min_probability is not None else None
         chunk = hits[end - per_page : end]
         prompt = query.mask_prompt()
@@ -469,8 +534,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
                 "has_more": len(hits) > end,
                 "total": total,
                 "hits": [{**h.to_dict(), **_urls(h.id, h.sha256)} for h in chunk],
-                "timings": {k: round(v, 2) for k, v in state.searcher.last_timings.items()},
-                "warnings": list(state.searcher.last_warnings),
+                "timings": timings,
+                "warnings": warnings,
                 "standin": state.searcher.models.is_standin,
             }
         )
@@ -500,12 +565,14 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
     @app.get("/api/thumb/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
     def thumb(image_id: ImageId) -> Response:
         f = state.indexed(image_id)
-        return _image_response(state, lambda: state.thumbs.get(f))
+        with state.serving(f):
+            return _image_response(state, lambda: state.thumbs.get(f))
 
     @app.get("/api/image/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
     def image(image_id: ImageId) -> Response:
         f = state.indexed(image_id)
-        return _image_response(state, lambda: state.previews.get(f))
+        with state.serving(f):
+            return _image_response(state, lambda: state.previews.get(f))
 
     @app.get(
         "/api/mask/{image_id}",
@@ -514,7 +581,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
     def mask(image_id: ImageId, prompt: Annotated[str, Query(max_length=1000)]) -> JSONResponse:
         f = state.indexed(image_id)
         p = clean_prompt(prompt)
-        entry = state.masks.get(f, p)
+        with state.serving(f):
+            entry = state.masks.get(f, p)
         qs = f"?prompt={quote(p)}&v={f.sha256[:16]}"
         return JSONResponse(
             {
@@ -547,7 +615,8 @@ def _add_routes(app: FastAPI, state: WebState) -> None:
             entry = state.masks.get(f, p)
             return entry.files[kind], bool(entry.summary.get("cached"))
 
-        return _image_response(state, make, KINDS[kind][1])
+        with state.serving(f):
+            return _image_response(state, make, KINDS[kind][1])
 
     @app.get("/api/folders")
     def folders() -> JSONResponse:

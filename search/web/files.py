@@ -9,6 +9,13 @@ all on one open file descriptor (no window between check and read):
 - its size and mtime are the catalog's;
 - the SHA-256 of the bytes read is the catalog's.
 
+A cached derivative (thumbnail, preview, mask, vision pass) is served only after
+``check_current``: one stat of the path, compared with the catalog's size and mtime
+and with the file's identity (device, inode, size, mtime, ctime) when its bytes last
+hashed to the catalog's SHA-256. The bytes are hashed again only when that identity
+changed; ctime cannot be set back by a program, so a same-size, same-mtime rewrite is
+caught too. A deleted file is NotFound, a replaced one FileChanged, as for a fresh read.
+
 So a file replaced since indexing (by other content, or by a symlink to
 /etc/passwd) is refused, while an image that was indexed through a symlink
 still serves, because it is still that content.
@@ -20,11 +27,14 @@ import hashlib
 import os
 import re
 import stat
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from wherein.schemas.errors import WhereinError
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
+MAX_VERIFIED = 100_000  # identities remembered (~200 B each); a forgotten one costs one hash
 
 
 class NotFound(WhereinError):
@@ -72,25 +82,64 @@ class IndexedFile:
         )
 
 
+# (path, sha256) -> (st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns) of the file when its
+# bytes last hashed to sha256 in this process.
+_verified: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
+_verified_lock = threading.Lock()
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _remember(f: IndexedFile, st: os.stat_result) -> None:
+    with _verified_lock:
+        _verified[(f.path, f.sha256)] = _identity(st)
+        _verified.move_to_end((f.path, f.sha256))
+        while len(_verified) > MAX_VERIFIED:
+            _verified.popitem(last=False)
+
+
+def _check_stat(f: IndexedFile, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise FileChanged(f"image {f.id}: the indexed path is no longer a regular file; refused")
+    if st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
+        raise FileChanged(
+            f"image {f.id}: the file changed since it was indexed (size or time differ); "
+            "re-run wherein index to pick up the change"
+        )
+
+
+def _gone(f: IndexedFile, exc: OSError) -> NotFound:
+    if isinstance(exc, FileNotFoundError):
+        return NotFound(f"image {f.id}: its file is gone since it was indexed")
+    return NotFound(f"image {f.id}: cannot open its file ({exc.strerror or exc})")
+
+
+def check_current(f: IndexedFile) -> None:
+    """NotFound / FileChanged unless the file is still the indexed content, before a cached
+    derivative of it is served: one stat, and a hash only when the file's identity differs
+    from the one its bytes last hashed under (or none is known: a restarted server)."""
+    try:
+        st = os.stat(f.path)
+    except OSError as exc:
+        raise _gone(f, exc) from None
+    _check_stat(f, st)
+    with _verified_lock:
+        known = _verified.get((f.path, f.sha256))
+    if known != _identity(st):
+        read_verified(f)
+
+
 def read_verified(f: IndexedFile) -> bytes:
     """The file's bytes when they are still the indexed content; NotFound / FileChanged otherwise."""
     try:
         fd = os.open(f.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise NotFound(f"image {f.id}: its file is gone since it was indexed") from None
     except OSError as exc:
-        raise NotFound(f"image {f.id}: cannot open its file ({exc.strerror or exc})") from None
+        raise _gone(f, exc) from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FileChanged(
-                f"image {f.id}: the indexed path is no longer a regular file; refused"
-            )
-        if st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
-            raise FileChanged(
-                f"image {f.id}: the file changed since it was indexed (size or time differ); "
-                "re-run wherein index to pick up the change"
-            )
+        _check_stat(f, st)
         chunks = []
         remaining = f.size
         while remaining > 0:
@@ -107,4 +156,5 @@ def read_verified(f: IndexedFile) -> bytes:
             f"image {f.id}: the file's content differs from what was indexed; "
             "re-run wherein index to pick up the change"
         )
+    _remember(f, st)
     return data

@@ -13,6 +13,9 @@ the masks of its first hits are made in the background (``prefetch``), behind
 any mask a user asks for, so that opening a hit usually finds its mask ready. The overlay is
 a preview (long side <= masking.PREVIEW_MAX_SIDE); the mask PNG is at the
 image's size and made when it is first asked for (the page shows the overlay). The prompt only reaches file names as a slug plus a hash.
+Nothing kept (mask, overlay, vision pass) is used once the photo is no longer the
+indexed content (files.check_current, one stat per request); ``forget`` drops an
+image's entries.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,7 +36,7 @@ from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE
 from wherein.search.localize.vision_cache import Seen, VisionCache
 from wherein.search.localize.vision_store import VisionStore
-from wherein.search.web.files import FileChanged, IndexedFile, read_verified
+from wherein.search.web.files import FileChanged, IndexedFile, check_current, read_verified
 from wherein.search.web.runner import LATER, NOW, PriorityRunner
 from wherein.search.web.thumbs import _write_atomic
 
@@ -40,6 +44,7 @@ MAX_PROMPT_CHARS = 200
 FEATURE_CACHE = 8  # images whose vision pass is kept: ~4.5 MB of t3/t6/t9 + a preview each
 MEMORY_CACHE = 32  # results kept in memory when the index folder is read-only
 RECENT_RESULTS = 16  # masks (352 maps, ~0.5 MB each) whose photo-size PNG can still be made cheaply
+IMAGE_LOCK_STRIPES = 64
 KINDS = {"overlay": ("overlay.jpg", "image/jpeg"), "mask": ("mask.png", "image/png")}
 
 
@@ -90,7 +95,8 @@ class MaskService:
         self._memory: OrderedDict[str, MaskEntry] = OrderedDict()
         self._results: OrderedDict[str, Any] = OrderedDict()  # key -> MaskResult, recent ones
         self._lock = threading.Lock()
-        self._image_locks: dict[str, threading.Lock] = {}
+        # Striped by hash: a lock per image ever masked would grow with the index.
+        self._image_locks = [threading.Lock() for _ in range(IMAGE_LOCK_STRIPES)]
         self._runner = PriorityRunner("wherein-masks")
         self.prefetched = 0  # masks made ahead of being asked for
 
@@ -107,6 +113,8 @@ class MaskService:
     def get(self, f: IndexedFile, prompt: str) -> MaskEntry:
         prompt = clean_prompt(prompt)
         pkey = prompt_key(prompt)
+        # Before any kept mask or vision pass is used: a deleted or replaced photo has none.
+        check_current(f)
         entry = self._cached(f, pkey)
         if entry is not None:
             return entry
@@ -147,6 +155,7 @@ class MaskService:
         def guess(resolve: Callable[[], IndexedFile]) -> None:
             try:
                 f = resolve()
+                check_current(f)
                 if self._cached(f, pkey) is None:
                     self._compute(f, prompt, pkey)
                     self.prefetched += 1
@@ -160,6 +169,24 @@ class MaskService:
     @property
     def prefetch_queued(self) -> int:
         return self._runner.pending(LATER)
+
+    def forget(self, f: IndexedFile) -> None:
+        """Drop what is kept of one image (its photo is gone): masks in memory and on disk,
+        its vision pass in memory. The vision pass on disk stays: it is keyed by content
+        and read only with the photo's bytes in hand, so it serves a moved copy at most."""
+        prefix = f"{f.id}-"
+        with self._lock:
+            for kept in (self._memory, self._results):
+                for key in [k for k in kept if k.startswith(prefix)]:
+                    del kept[key]
+        self._seen.drop(f.key)
+        if self.dir is not None:
+            try:
+                folders = list(self.dir.glob(f"{prefix}*"))
+            except OSError:
+                folders = []
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def close(self) -> None:
         self._runner.close()
@@ -272,5 +299,4 @@ class MaskService:
         return self._seen.get(f.key, compute)
 
     def _image_lock(self, key: str) -> threading.Lock:
-        with self._lock:
-            return self._image_locks.setdefault(key, threading.Lock())
+        return self._image_locks[hash(key) % IMAGE_LOCK_STRIPES]

@@ -5,19 +5,25 @@ thread), so a click and a background guess share it. A task asked for now
 (priority NOW) always starts before any queued guess (LATER); a running task
 is never stopped, so a click waits at most for the one guess already running.
 A new round of guesses replaces the queued ones of the last round (the user
-ran another search: its hits matter, the old ones do not).
+ran another search: its hits matter, the old ones do not). ``close`` cancels the
+queued guesses and waits for the worker, so nothing it reads (the catalog, a model)
+is closed under it.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 NOW, LATER = 0, 1
+JOIN_S = 120.0  # the longest a close waits for the running task (one vision pass is ~1 s)
+
+log = logging.getLogger("wherein.serve")
 
 
 class PriorityRunner:
@@ -53,11 +59,21 @@ class PriorityRunner:
         with self._cv:
             return sum(1 for t in self._heap if t[0] == priority)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
+        """Refuse new tasks, cancel the queued guesses, run what was asked for now, and wait
+        for the worker to finish (the running task is never interrupted)."""
         with self._cv:
             self._closed = True
             self._cv.notify()
         self.drop(LATER)
+        if self._thread is not threading.current_thread():
+            self._thread.join(JOIN_S)
+            if self._thread.is_alive():
+                log.warning("the mask worker did not finish within %.0f s", JOIN_S)
 
     def _work(self) -> None:
         while True:

@@ -3,30 +3,44 @@
 INDEX/cache/thumbs/<id>-<sha256[:16]>.jpg: keyed by the indexed content, so a
 file that changes and is re-indexed gets a new entry (old ones are just unused).
 Entries are written to a temporary name and renamed, so a reader never sees a
-half-written JPEG. When the index folder is read-only, images are made per
-request and not kept.
+half-written JPEG. A kept entry is served only while the photo is still the indexed
+content (files.check_current: one stat); ``forget`` drops an image's entries. When the
+index folder is read-only, images are made per request and not kept.
 """
 
 from __future__ import annotations
 
 import io
 import threading
+from concurrent.futures import Executor
+from contextlib import suppress
 from pathlib import Path
 
 from PIL import Image
 
 from wherein.indexer.imaging import DecodeError, decode
 from wherein.indexer.store.atomic import write_atomic
-from wherein.search.web.files import FileChanged, IndexedFile, read_verified
+from wherein.search.web.files import FileChanged, IndexedFile, check_current, read_verified
+
+LOCK_STRIPES = 64  # per-entry locks, shared by hash: a lock per image ever asked would grow
 
 
 class ResizedCache:
-    def __init__(self, directory: Path | None, max_side: int, quality: int = 82) -> None:
+    def __init__(
+        self,
+        directory: Path | None,
+        max_side: int,
+        quality: int = 82,
+        pool: Executor | None = None,
+    ) -> None:
+        """pool: the few threads that read and decode photos (a 12-MP photo is ~36 MB
+        decoded: 32 request threads at once would hold a gigabyte, and malloc keeps freed
+        heap per thread); shared by the thumbnail and preview caches. None: the caller's."""
         self.dir = directory
         self.max_side = max_side
         self.quality = quality
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self.pool = pool
+        self._locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
 
     def path_for(self, f: IndexedFile) -> Path | None:
         return self.dir / f"{f.key}.jpg" if self.dir is not None else None
@@ -35,11 +49,16 @@ class ResizedCache:
         """(cached file, True) or (made now: the file, or bytes when it cannot be kept; False)."""
         path = self.path_for(f)
         if path is not None and path.is_file():
+            check_current(f)  # never the thumbnail of a photo deleted or replaced since
             return path, True
         with self._lock_for(f.key):  # two requests for one new thumbnail make it once
             if path is not None and path.is_file():
+                check_current(f)
                 return path, True
-            data = self.render(read_verified(f))
+            if self.pool is None:
+                data = self.render(read_verified(f))
+            else:
+                data = self.pool.submit(lambda: self.render(read_verified(f))).result()
             if path is None:
                 return data, False
             try:
@@ -48,6 +67,15 @@ class ResizedCache:
                 self.dir = None  # read-only index: stop trying, serve from memory
                 return data, False
             return path, False
+
+    def forget(self, image_id: int) -> None:
+        """Drop every kept entry of one catalog id (any content it was indexed with)."""
+        if self.dir is None:
+            return
+        with suppress(OSError):
+            for path in self.dir.glob(f"{image_id}-*.jpg"):
+                with suppress(FileNotFoundError):
+                    path.unlink()
 
     def render(self, data: bytes) -> bytes:
         try:
@@ -60,8 +88,7 @@ class ResizedCache:
         return buf.getvalue()
 
     def _lock_for(self, key: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(key, threading.Lock())
+        return self._locks[hash(key) % LOCK_STRIPES]
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -75,6 +75,18 @@ def test_an_existing_file_name_with_a_colon_is_not_a_weight(tmp_path):
     assert Query.build(like=[str(odd)]).terms == (Term("image", str(odd), 1.0),)
 
 
+def test_a_weight_that_is_not_a_number_is_an_error_unless_that_file_exists(tmp_path):
+    photo = tmp_path / "ref.jpg"
+    photo.write_bytes(b"x")
+    with pytest.raises(QueryError, match="'abc' after ':' is not a weight"):
+        Query.build(like=[f"{photo}:abc"])
+    with pytest.raises(QueryError, match="no image file"):
+        Query.build(unlike=[str(tmp_path / "nope.jpg:abc")])
+    odd = tmp_path / "ref.jpg:abc"  # the file's own name wins
+    odd.write_bytes(b"x")
+    assert Query.build(like=[str(odd)]).terms == (Term("image", str(odd), 1.0),)
+
+
 def test_validate_needs_a_positive_term():
     with pytest.raises(QueryError, match="empty"):
         Query().validate()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from wherein.indexer.ingest.watch import Settler, folders_to_walk
 
 
@@ -37,6 +39,35 @@ def test_a_vanished_file_is_ready_at_once(tmp_path):
     s = Settler(quiet=5.0, clock=Clock())
     s.note(str(tmp_path / "gone.jpg"))
     assert s.ready() == [str(tmp_path / "gone.jpg")]
+
+
+def test_a_vanished_file_waits_for_a_file_still_settling(tmp_path):
+    """A rename into another folder: the deletion is applied with the addition, as a move."""
+    clock = Clock()
+    s = Settler(quiet=1.0, clock=clock)
+    gone, new = tmp_path / "a" / "blue.png", tmp_path / "b" / "renamed.png"
+    new.parent.mkdir()
+    new.write_bytes(b"the photo")
+    s.note(str(gone))
+    s.note(str(new))
+    clock.t = 0.5
+    assert s.ready() == []
+    clock.t = 1.0
+    assert s.ready() == sorted([str(gone), str(new)]) and len(s) == 0
+
+
+def test_a_vanished_file_waits_no_longer_than_the_hold(tmp_path):
+    clock = Clock()
+    s = Settler(quiet=1.0, clock=clock)
+    busy = tmp_path / "big.mov"
+    s.note(str(tmp_path / "gone.jpg"))
+    for step in range(1, 40):  # a file that keeps growing
+        busy.write_bytes(b"x" * step)
+        s.note(str(busy))
+        clock.t = step * 0.5
+        if s.ready():
+            break
+    assert clock.t == pytest.approx(s.hold) and len(s) == 1  # big.mov still settling
 
 
 def test_folders_to_walk_are_the_fewest_existing_folders(tmp_path):

@@ -13,7 +13,7 @@ fp32; fp16 = fp16 weights (ai-edge-quantizer float casting, as the published
 file); int8 = dynamic-range int8 weights with int8 compute (ai-edge-quantizer
 dynamic_wi8_afp32), activations quantized on the fly.
 
-Needs the [convert] extra (litert-torch, ai-edge-quantizer); imported lazily.
+Needs litert-torch and ai-edge-quantizer (base dependencies); imported lazily.
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ def signature_name(batch: int) -> str:
     return "serving_default" if batch == 1 else f"batch_{batch}"
 
 
+# The converters were the [convert] extra; they are base dependencies now (pyproject.toml).
+INSTALL_CONVERTERS = "pip install 'litert-torch>=0.10' ai-edge-quantizer"
+
+
 def need_convert_extra() -> None:
     import importlib.util
 
@@ -57,7 +61,8 @@ def need_convert_extra() -> None:
     ]
     if missing:
         raise ModelError(
-            f"conversion needs the [convert] extra: pip install 'wherein[convert]' (missing {', '.join(missing)})"
+            f"conversion needs {', '.join(missing)} (base dependencies of wherein, missing from "
+            f"this install): {INSTALL_CONVERTERS}"
         )
 
 

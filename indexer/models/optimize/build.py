@@ -12,7 +12,7 @@
   transformer is causal): a new prompt of up to 14 tokens costs a fraction of the
   77-position run. Its record sits beside the vision one in clipseg/manifest.json.
 - SigLIP 2 text tower: `models convert siglip2-text` (LiteRT, no torch at query
-  time) when the [convert] extra is installed.
+  time); litert-torch is a base dependency (it was the [convert] extra).
 
 A candidate is compared with its own full-precision source on the user's
 indexed photos (or the bundled sample) and is used only when it meets the pass
@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wherein.indexer.models.convert.build import tool_versions
+from wherein.indexer.models.convert.build import INSTALL_CONVERTERS, tool_versions
 from wherein.indexer.models.image_tower import file_digest
-from wherein.indexer.models.modeldir import IMAGE_MANIFEST, ModelDir
+from wherein.indexer.models.modeldir import IMAGE_MANIFEST, REVERIFY, ModelDir
 from wherein.indexer.models.optimize.inputs import Sample
 from wherein.indexer.models.optimize.shorten import DEFAULT_LENGTH, short_name, shorten
 from wherein.indexer.models.optimize.widen import fp16_constant_count, weight_types, widen
@@ -57,16 +57,33 @@ def speed_matters(md: ModelDir) -> bool:
     return not md.is_standin
 
 
+def too_slow(ms: dict, min_speedup: float | None) -> bool:
+    need = MIN_SPEEDUP if min_speedup is None else min_speedup
+    return bool(ms["candidate"] * need > ms["source"])
+
+
 def speed_failures(
     md: ModelDir, name: str, ms: dict, min_speedup: float | None, unit: str = "image"
 ) -> list[str]:
     need = MIN_SPEEDUP if min_speedup is None else min_speedup
-    if speed_matters(md) and ms["candidate"] * need > ms["source"]:
+    if speed_matters(md) and too_slow(ms, min_speedup):
         return [
             f"{name}: not faster on this CPU ({ms['source']:.0f} -> {ms['candidate']:.0f} "
             f"ms/{unit}; switching needs {need}x)"
         ]
     return []
+
+
+SPEED_EXEMPT = "speed_exempt"
+
+
+def exempt_note(figures: dict) -> str:
+    """Said beside a switch the speed gate would have refused: a slower graph is no surprise."""
+    if figures.get(SPEED_EXEMPT):
+        return (
+            " (slower here, but stand-in graphs are exempt from the speed gate: too small to time)"
+        )
+    return ""
 
 
 @dataclass
@@ -101,7 +118,8 @@ def text_converter_available() -> bool:
 def text_gain_note() -> str:
     g = TEXT_GAIN
     return (
-        "install the [convert] extra (pip install 'wherein[convert]') and re-run to get a LiteRT "
+        "litert-torch is missing from this install (a base dependency of wherein: "
+        f"{INSTALL_CONVERTERS}); re-run to get a LiteRT "
         f"text tower: a search then starts in {g['litert_cold_s']} s instead of {g['torch_cold_s']} s "
         f"and encodes a query in {g['litert_ms']} ms instead of {g['torch_ms']} ms, without torch "
         "(measured: bench/results/convert.md)"
@@ -176,7 +194,7 @@ def _candidate(key: str, source: Path, log: Callable[[str], None]) -> tuple[Path
     """Build the int8 candidate beside source: (its path, what was done), or why there is none."""
     if not quantizer_available():
         return Outcome(
-            key, "unavailable", "needs ai-edge-quantizer: pip install 'wherein[convert]'"
+            key, "unavailable", f"needs ai-edge-quantizer (a base dependency): {INSTALL_CONVERTERS}"
         )
     out = source.with_name(candidate_name(source))
     log(f"{key}: {source.name} -> {out.name}")
@@ -206,6 +224,8 @@ def _verify(
         raise
     ms = figures[f"ms_per_{unit}"]
     figures["failed"] += speed_failures(md, name, ms, min_speedup, unit)
+    if not speed_matters(md) and too_slow(ms, min_speedup):
+        figures[SPEED_EXEMPT] = True
     return figures
 
 
@@ -295,6 +315,7 @@ def prepare_image(
         "recipe": RECIPE,
         "passed": not figures["failed"],
         "verified_on": sample.origin,
+        REVERIFY: sample.bundled,
         "figures": figures,
         **done,
         "created": _now(),
@@ -307,30 +328,53 @@ def prepare_image(
     return Outcome(
         key,
         "ready",
-        f"{ms['source']:.0f} -> {ms['candidate']:.0f} ms/image",
+        f"{ms['source']:.0f} -> {ms['candidate']:.0f} ms/image{exempt_note(figures)}",
         out.name,
         figures,
         record,
     )
 
 
+def _source_manifest(md: ModelDir, source: Path, sha256: str, torch_source: dict) -> dict:
+    """A manifest that makes the full-precision source the image tower."""
+    from wherein.indexer.models.litert_graph import LiteRTGraph
+
+    return {
+        "format": FORMAT,
+        "model": SIGLIP_IMAGE.key,
+        "file": source.name,
+        "sha256": sha256,
+        "source": torch_source,
+        "standin": md.is_standin,
+        "precision": "fp16" if fp16_constant_count(source) else "fp32",
+        "signatures": _signatures(LiteRTGraph(source)),
+        "output": "L2-normalised",
+    }
+
+
 def _record_rejection(md: ModelDir, source: Path, manifest: dict | None, record: dict) -> None:
     """Keep the graph in use; write the failed figures where `models check` finds them."""
     if manifest is None:
-        from wherein.indexer.models.litert_graph import LiteRTGraph
+        manifest = _source_manifest(md, source, record["from_sha256"], _torch_source(md, None))
+    write_image_record(md, manifest, record)
 
-        manifest = {
-            "format": FORMAT,
-            "model": SIGLIP_IMAGE.key,
-            "file": source.name,
-            "sha256": record["from_sha256"],
-            "source": _torch_source(md, None),
-            "standin": md.is_standin,
-            "precision": "fp16" if fp16_constant_count(source) else "fp32",
-            "signatures": _signatures(LiteRTGraph(source)),
-            "output": "L2-normalised",
-        }
+
+def write_image_record(md: ModelDir, manifest: dict, record: dict) -> None:
+    """The image manifest with record as its optimize record."""
     _write_json(md.image_dir / IMAGE_MANIFEST, {**manifest, "optimize": record})
+
+
+def revert_image(md: ModelDir, manifest: dict, record: dict) -> None:
+    """Back from the candidate in use to the graph it was built from (the failed record
+    stays in the manifest, for `models check`); the candidate's file is deleted."""
+    source = md.image_dir / record["from"]
+    back = _source_manifest(md, source, record["from_sha256"], _torch_source(md, manifest))
+    write_image_record(md, back, record)
+    (md.image_dir / manifest["file"]).unlink(missing_ok=True)
+
+
+def read_manifest(path: Path) -> dict | None:
+    return _read_json(path)
 
 
 def adopt_image(md: ModelDir, outcome: Outcome) -> None:
@@ -444,7 +488,9 @@ def _settle(
     _write_clipseg_record(d, name, record)
     if not record["passed"]:
         return Outcome(key, "rejected", "; ".join(figures["failed"]), None, figures, record)
-    return Outcome(key, "switched", switched(figures), out.name, figures, record)
+    return Outcome(
+        key, "switched", switched(figures) + exempt_note(figures), out.name, figures, record
+    )
 
 
 def _write_clipseg_record(d: Path, key: str, record: dict) -> None:

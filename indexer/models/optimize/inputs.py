@@ -46,6 +46,7 @@ class Sample:
     catalog_images: int = 0  # images in the index (for the re-embedding estimate)
     decode_ms: float = 0.0  # read + decode + preprocess for the image tower, one core, per image
     names: list[str] = field(default_factory=list)
+    bundled: bool = False  # the bundled sample, not the user's photos: re-verify on theirs
 
     def __len__(self) -> int:
         return len(self.images)
@@ -75,9 +76,9 @@ def _keep(img: Image.Image) -> Image.Image:
     return img
 
 
-def load_sample(index_dir: Path | None, count: int = 32, clipseg_images: int = 6) -> Sample:
-    """count images for the image tower (the first clipseg_images also carry mask prompts)."""
-    paths, total = catalog_paths(index_dir, count)
+def _decode_paths(paths: list[str], count: int) -> tuple[list[Image.Image], list[str], float]:
+    """Up to count decodable images of paths (unreadable ones passed over), their paths, and
+    the image tower's read + decode + preprocess cost per image on one core (ms)."""
     images, names, decode_s, timed = [], [], 0.0, 0
     for p in paths:
         try:
@@ -99,20 +100,54 @@ def load_sample(index_dir: Path | None, count: int = 32, clipseg_images: int = 6
         names.append(p)
         if len(images) >= count:
             break
+    return images, names, decode_s / max(timed, 1) * 1000
+
+
+def _mask_prompts(n: int) -> list[list[str]]:
+    return [[COMMON_PROMPTS[(i * 4 + j) % len(COMMON_PROMPTS)] for j in range(4)] for i in range(n)]
+
+
+def load_sample(index_dir: Path | None, count: int = 32, clipseg_images: int = 6) -> Sample:
+    """count images for the image tower (the first clipseg_images also carry mask prompts)."""
+    paths, total = catalog_paths(index_dir, count)
+    images, names, decode_ms = _decode_paths(paths, count)
     if len(images) >= 2:
-        prompts = [
-            [COMMON_PROMPTS[(i * 4 + j) % len(COMMON_PROMPTS)] for j in range(4)]
-            for i in range(min(clipseg_images, len(images)))
-        ]
         return Sample(
             images,
-            prompts,
+            _mask_prompts(min(clipseg_images, len(images))),
             f"{len(images)} of your {total:,} indexed images",
             total,
-            decode_s / max(timed, 1) * 1000,
+            decode_ms,
             names,
         )
     return bundled_sample(count, clipseg_images, total)
+
+
+# Top-10 neighbour agreement needs more than 10 images.
+MIN_PHOTOS = 11
+
+
+def photos_sample(paths: list[str], count: int = 32) -> Sample | None:
+    """The user's own photos about to be indexed (padded with the bundled sample when there
+    are fewer than MIN_PHOTOS), or None when none of them decodes."""
+    images, names, decode_ms = _decode_paths(_spread(paths, count), count)
+    if not images:
+        return None
+    origin = f"{len(images)} of your photos"
+    if len(images) < MIN_PHOTOS:
+        pad = bundled_sample(MIN_PHOTOS - len(images))
+        images, names = images + pad.images, names + pad.names
+        origin += f" + {len(pad)} bundled sample images"
+    return Sample(images, [], origin, 0, decode_ms, names)
+
+
+def _spread(paths: list[str], count: int) -> list[str]:
+    """count x 3 paths evenly spread over paths (spares for files that do not decode)."""
+    want = count * 3
+    if len(paths) <= want:
+        return paths
+    step = len(paths) / want
+    return [paths[int(i * step)] for i in range(want)]
 
 
 def bundled_sample(count: int = 32, clipseg_images: int = 6, catalog_images: int = 0) -> Sample:
@@ -144,4 +179,5 @@ def bundled_sample(count: int = 32, clipseg_images: int = 6, catalog_images: int
         catalog_images,
         decode_ms,
         names,
+        bundled=True,
     )

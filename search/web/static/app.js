@@ -12,6 +12,7 @@ let current = -1;     // index in hits of the open detail view
 let maskPrompt = "";  // default prompt from the last search
 let searchSeq = 0;    // drops answers to superseded searches
 let maskSeq = 0;
+let whereSeq = 0;     // drops the grid boxes of superseded searches
 
 // -- URL <-> state: the address bar holds the search, so back/forward and reload work ----------
 function readHash() {
@@ -89,6 +90,7 @@ async function runSearch() {
     hits = r.hits;
     maskPrompt = r.mask_prompt || "";
     renderGrid(r);
+    showWhere(r.hits, maskPrompt);
   } catch (err) {
     if (seq !== searchSeq) return;
     hits = [];
@@ -116,6 +118,38 @@ function renderGrid(r) {
   $("prev").disabled = r.page <= 1;
   $("next").disabled = !r.has_more;
   $("page-label").textContent = `Page ${r.page}`;
+}
+
+// -- where: each thumbnail outlines its mask's box, fetched one at a time in hit order, so the
+// first hits' boxes come first and a click on a hit waits for at most one of them ----------
+async function showWhere(shown, prompt) {
+  const seq = ++whereSeq;
+  if (!prompt) return;
+  for (const h of shown) {
+    if (seq !== whereSeq) return;
+    let m = null;
+    try { m = await api(`/api/mask/${h.id}`, { prompt }); } catch (_) { continue; }  // no mask: no box
+    if (seq !== whereSeq) return;
+    drawWhere(h.id, m);
+  }
+}
+
+function drawWhere(id, m) {
+  const thumb = document.querySelector(`#grid .card[data-id="${id}"] .thumb`);
+  const largest = m.bbox && m.bbox.largest;  // [x0, y0, x1, y1], x1/y1 exclusive
+  if (!thumb || !largest || !m.width || !m.height) return;
+  // The thumbnail is contained in a square: the photo's long side spans it, centred.
+  const side = Math.max(m.width, m.height);
+  const [x0, y0, x1, y1] = largest;
+  const box = document.createElement("div");
+  box.className = "where";
+  box.title = `${m.prompt}: ${pct(m.mask_area)} of the image`;
+  box.style.left = `${(((side - m.width) / 2 + x0) / side) * 100}%`;
+  box.style.top = `${(((side - m.height) / 2 + y0) / side) * 100}%`;
+  box.style.width = `${((x1 - x0) / side) * 100}%`;
+  box.style.height = `${((y1 - y0) / side) * 100}%`;
+  thumb.querySelector(".where")?.remove();
+  thumb.appendChild(box);
 }
 
 function card(h, i) {
@@ -327,6 +361,7 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   $("sort").addEventListener("change", () => { state.sort = $("sort").value; state.page = 1; go(); });
   $("per-page").addEventListener("change", () => { state.perPage = Number($("per-page").value); state.page = 1; go(); });
+  $("show-where").addEventListener("change", () => $("grid").classList.toggle("no-where", !$("show-where").checked));
   $("prev").addEventListener("click", () => { state.page = Math.max(1, state.page - 1); go(); window.scrollTo(0, 0); });
   $("next").addEventListener("click", () => { state.page += 1; go(); window.scrollTo(0, 0); });
   $("mask-form").addEventListener("submit", (e) => {
