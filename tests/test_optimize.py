@@ -317,8 +317,8 @@ def test_self_test_passes_on_the_standins(parts):
 def test_self_test_names_broken_preprocessing(parts, monkeypatch):
     import wherein.indexer.imaging as imaging
 
-    right = imaging.siglip_input
-    monkeypatch.setattr(imaging, "siglip_input", lambda img, size=224: right(img, size)[::-1])
+    right = imaging.model_input
+    monkeypatch.setattr(imaging, "model_input", lambda img, spec: right(img, spec)[::-1])
     assert _failed(_run(parts, masks=False)) == {"caption ranking": S.PREPROCESSING}
 
 
