@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 from wherein.indexer.photometa import read_photo_meta
-from wherein.search.localize.export import (
+from wherein.search.export.labels import (
     Instance,
     LabelledImage,
     LabelWriter,

@@ -72,7 +72,7 @@ def coco_body(path: Path) -> dict:
 
 def run_local(hits, models: Path, out: Path) -> tuple[float, float, Path]:
     from wherein.search.api import add_masks
-    from wherein.search.curate.export import write_export
+    from wherein.search.export.hits import write_export
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -85,7 +85,7 @@ def run_local(hits, models: Path, out: Path) -> tuple[float, float, Path]:
 def split_local(hits, models: Path, out: Path) -> dict[str, float]:
     """Seconds per stage over all photos, one at a time, with the local engine's functions."""
     from wherein.indexer.models.clipseg import load_cached
-    from wherein.search.localize.export import encode_piece, images_from_hits
+    from wherein.search.export.labels import encode_piece, images_from_hits
     from wherein.search.localize.masking import (
         MaskResult,
         hit_values,

@@ -21,8 +21,9 @@ from wherein.search.cli import cli
 from wherein.search.curate import dupes as D
 from wherein.search.curate import labels as L
 from wherein.search.curate import select as S
-from wherein.search.curate.export import PYARROW_MISSING, read_export
 from wherein.search.curate.unique import unique_hits
+from wherein.search.export.hits import read_export
+from wherein.search.export.rows import PYARROW_MISSING
 
 from conftest import draw_shape
 

@@ -57,8 +57,9 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
 
     def image():
         from wherein.indexer.models.image_tower import ImageTower
+        from wherein.indexer.models.registry import entry_for
 
-        tower = ImageTower.from_models(md, 1)
+        tower = ImageTower.from_models(md, 1, entry_for(md).spec)
         return f"batch sizes {tower.graph.batch_sizes}"
 
     spec = SIGLIP_IMAGE.graphs[0]

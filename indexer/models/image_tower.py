@@ -64,11 +64,13 @@ class ImageTower:
         self.dim = dim
 
     @classmethod
-    def from_models(cls, models: ModelDir, num_threads: int | None = None) -> ImageTower:
-        from wherein.indexer.models.registry import entry_for
-
+    def from_models(
+        cls, models: ModelDir, num_threads: int | None = None, spec: EmbedderSpec = SIGLIP2
+    ) -> ImageTower:
+        """spec: the model family's (registry.entry_for(models).spec); given by the caller,
+        because the registry loads this module: a lookup from here would be an import cycle."""
         models.require(SIGLIP_IMAGE)
-        return cls(models.image_tower_file(), models.space, num_threads, entry_for(models).spec)
+        return cls(models.image_tower_file(), models.space, num_threads, spec)
 
     def preprocess(self, image: Image.Image) -> np.ndarray:
         return model_input(image, self.spec.image)

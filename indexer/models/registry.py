@@ -162,7 +162,7 @@ def load_segmenter(models: ModelDir, threads: int | None = None, key: str = "cli
 def _siglip_image(models: ModelDir, threads: int | None) -> ImageEmbedder:
     from wherein.indexer.models.image_tower import ImageTower
 
-    return ImageTower.from_models(models, threads)
+    return ImageTower.from_models(models, threads, entry_for(models).spec)
 
 
 def _siglip_text(models: ModelDir) -> TextEncoder:

@@ -10,7 +10,10 @@ from pathlib import Path
 import click
 
 from wherein.search.cli.options import (
+    check_export_options,
     engine_option,
+    export_keep,
+    export_options,
     filter_options,
     format_options,
     friendly_errors,
@@ -22,10 +25,6 @@ from wherein.search.cli.options import (
     standin_banner,
     top_option,
 )
-from wherein.search.curate.export import (  # light: no numpy/faiss/torch
-    EXPORT_FORMATS,
-    LABEL_FORMATS,
-)
 
 
 def register(cli: click.Group) -> None:
@@ -33,46 +32,37 @@ def register(cli: click.Group) -> None:
         cli.add_command(command)
 
 
-def output_options(f: Callable) -> Callable:
-    """The same output switches as `wherein search`, plus --export/--format, --index, --models."""
-    options: list[Callable[[Callable], Callable]] = [
-        format_options(),
-        click.option(
-            "--export",
-            "export_path",
-            type=click.Path(path_type=Path),  # a folder for .yolo/.masks
-            default=None,
-            help="Also write the rows to FILE (.csv, .jsonl or .parquet); with --mask, "
-            "the masks as labels (.coco.json, a .yolo or .masks folder).",
-        ),
-        click.option(
-            "--format",
-            "export_fmt",
-            type=click.Choice(EXPORT_FORMATS),
-            default=None,
-            help="Export format [default: from the FILE extension].",
-        ),
-        index_option,
-        models_option,
-    ]
-    for opt in reversed(options):
-        f = opt(f)
+def output_options(masks: bool, rows: str = "rows") -> Callable[[Callable], Callable]:
+    """The same output switches as `wherein search`, plus --export/--format, --index, --models.
 
-    @functools.wraps(f)
-    @friendly_errors
-    def checked(*args, **kwargs):
-        # A bad export path or a missing pyarrow should fail now, not after the work.
-        if kwargs.get("export_path") is not None:
-            from wherein.search.curate.export import check_export
+    masks: whether the command has --mask (label exports need it).
+    """
 
-            fmt = check_export(kwargs["export_path"], kwargs.get("export_fmt"))
-            if fmt in LABEL_FORMATS and not kwargs.get("mask"):
-                raise click.UsageError(f"a {fmt} export holds masks: add --mask")
-        elif kwargs.get("export_fmt"):
-            raise click.UsageError("--format only applies with --export FILE")
-        return f(*args, **kwargs)
+    def decorate(f: Callable) -> Callable:
+        options: list[Callable[[Callable], Callable]] = [
+            format_options(),
+            export_options(masks, rows),
+            index_option,
+            models_option,
+        ]
+        for opt in reversed(options):
+            f = opt(f)
 
-    return checked
+        @functools.wraps(f)
+        @friendly_errors
+        def checked(*args, **kwargs):
+            # A bad export path or a missing pyarrow should fail now, not after the work.
+            check_export_options(
+                kwargs.get("export_path"),
+                kwargs.get("export_fmt"),
+                kwargs.get("mask", False) if masks else None,
+                kwargs.get("index_dir"),
+            )
+            return f(*args, **kwargs)
+
+        return checked
+
+    return decorate
 
 
 def _emit(
@@ -83,21 +73,29 @@ def _emit(
     table: Callable[[list], str],
     prompt: str | None = None,
     labels=None,
+    index_dir=None,
 ) -> str:
     """Export (when asked), then print in the chosen format; returns the format used.
 
-    prompt/labels: what the masks show, for label exports (see write_export).
+    prompt/labels: what the masks show, for label exports (see write_export). An export
+    to - (standard output) is what stdout holds: the rows are not printed as well.
     """
     from wherein.search import output
-    from wherein.search.curate.export import export_format, write_export
+    from wherein.search.export.formats import export_format
+    from wherein.search.export.hits import write_export
 
+    to_stdout = str(export_path) == "-"
     if export_path:
-        write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels)
-        if export_format(export_path, export_fmt) in LABEL_FORMATS:
+        keep = export_keep(index_dir)
+        write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels, keep=keep)
+        where = "standard output" if to_stdout else export_path
+        if export_format(export_path, export_fmt).kind == "labels":
             masked = sum(1 for h in hits if h.mask_path)
-            click.echo(f"exported the masks of {masked} image(s) to {export_path}", err=True)
+            click.echo(f"exported the masks of {masked} image(s) to {where}", err=True)
         else:
-            click.echo(f"exported {len(hits)} row(s) to {export_path}", err=True)
+            click.echo(f"exported {len(hits)} row(s) to {where}", err=True)
+    if to_stdout:
+        return fmt
     if fmt == "table":
         text = table(hits)
         sys.stdout.write(text + ("\n" if text else ""))
@@ -108,7 +106,7 @@ def _emit(
 
 def _stored_labels(searcher, hits):
     """Each hit's most likely label from `wherein label`, to name its mask in an export."""
-    from wherein.search.localize.export import best_labels
+    from wherein.search.export.labels import best_labels
 
     return best_labels(searcher.store.catalog, [h.id for h in hits])
 
@@ -174,7 +172,7 @@ def _path(h) -> str:
     "labels, in shards a re-run resumes."
 )
 @ray_address_option
-@output_options
+@output_options(masks=True)
 @friendly_errors
 def select(
     query,
@@ -256,7 +254,7 @@ def select(
 
     if prompt and engine == "ray":
         hits = _masks_on_ray(
-            hits, prompt, export_path, export_fmt, models_root, labels, ray_address, fmt
+            hits, prompt, export_path, export_fmt, models_root, labels, ray_address, fmt, index_dir
         )
         _emit(hits, fmt, None, None, render_table)
     else:
@@ -264,7 +262,7 @@ def select(
             hits = add_masks(
                 hits, prompt, out_dir or Path("wherein-masks"), models_root, index_dir=index_root
             )
-        _emit(hits, fmt, export_path, export_fmt, render_table, prompt, labels)
+        _emit(hits, fmt, export_path, export_fmt, render_table, prompt, labels, index_dir)
     if dest:
         made = S.materialise(placements, "link" if link_to else "copy")
         click.echo(f"{'linked' if link_to else 'copied'} {len(made)} file(s) into {dest}", err=True)
@@ -274,7 +272,7 @@ def select(
 
 def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt) -> None:
     """--engine ray masks into a label export only; a bad --ray-address fails before the search."""
-    from wherein.search.curate.export import export_format
+    from wherein.search.export.formats import LABEL_FORMATS, export_format, listing
 
     if engine != "ray":
         if ray_address:
@@ -286,10 +284,13 @@ def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt) -
         raise click.UsageError(
             "--out applies to --engine local; --engine ray writes the masks into --export only"
         )
-    if not export_path or export_format(export_path, export_fmt) not in LABEL_FORMATS:
+    if not export_path or export_format(export_path, export_fmt).kind != "labels":
         raise click.UsageError(
-            "--engine ray writes the masks as labels: add --export FILE.coco.json "
-            "(or a .yolo or .masks folder)"
+            f"--engine ray writes the masks as labels: add --export {listing(LABEL_FORMATS)}"
+        )
+    if str(export_path) == "-":
+        raise click.UsageError(
+            "--engine ray keeps its shards beside the export: --export a file or folder, not -"
         )
     if ray_address:
         from wherein.indexer.scale.ray_connect import check_reachable, resolve
@@ -299,10 +300,12 @@ def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt) -
         check_reachable(resolve(ray_address))
 
 
-def _masks_on_ray(hits, prompt, export_path, export_fmt, models_root, labels, address, fmt):
+def _masks_on_ray(
+    hits, prompt, export_path, export_fmt, models_root, labels, address, fmt, index_dir
+):
     """Every hit's mask on Ray into the label export (resumable); the hits with mask fields."""
-    from wherein.search.curate.export import export_format
     from wherein.search.curate.masks_at_scale import export_masks
+    from wherein.search.export.formats import export_format
 
     bar = progress(False, fmt)
     try:
@@ -310,13 +313,14 @@ def _masks_on_ray(hits, prompt, export_path, export_fmt, models_root, labels, ad
             hits,
             prompt,
             export_path,
-            export_format(export_path, export_fmt),
+            export_format(export_path, export_fmt).name,
             models_root,
             labels,
             address,
             say=bar.write,
             progress=bar.update,
             on_total=bar.reset,
+            keep=export_keep(index_dir),
         )
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] == "ray":
@@ -363,7 +367,7 @@ def _masks_on_ray(hits, prompt, export_path, export_fmt, models_root, labels, ad
 @click.option(
     "--no-store", is_flag=True, help="Do not write the probabilities to the catalog's labels table."
 )
-@output_options
+@output_options(masks=False)
 @friendly_errors
 def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_dir, models_dir):
     """Zero-shot labels: each image's probability for each label, stored in the catalog.
@@ -406,7 +410,7 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
         ]
         return tbl(rows, ["rank", "best", *cols.values(), "path"])
 
-    _emit(hits, fmt, export_path, export_fmt, render_table)
+    _emit(hits, fmt, export_path, export_fmt, render_table, index_dir=index_dir)
     if not no_store:
         click.echo(
             f"stored {stored} probabilities ({len(names)} label(s) x {len(run.ids)} image(s)) "
@@ -429,7 +433,7 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
 @click.option(
     "--redundant", is_flag=True, help="List only the files that are not their group's keeper."
 )
-@output_options
+@output_options(masks=False)
 @friendly_errors
 def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, models_dir):
     """Groups of duplicate and near-duplicate images, with a suggested keeper.
@@ -480,7 +484,7 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
         ]
         return tbl(rows, ["group", "size", "keep", "match", "cosine", "pixels", "bytes", "path"])
 
-    out_fmt = _emit(hits, fmt, export_path, export_fmt, render_table)
+    out_fmt = _emit(hits, fmt, export_path, export_fmt, render_table, index_dir=index_dir)
     if out_fmt == "table":
         how = "exact copies" if report.threshold is None else f"cosine >= {report.threshold:g}"
         click.echo(
@@ -504,7 +508,7 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
     show_default=True,
     help="How many nearest neighbours each image's uniqueness averages over.",
 )
-@output_options
+@output_options(masks=False)
 @friendly_errors
 def unique(k, show_all, neighbours, fmt, export_path, export_fmt, index_dir, models_dir):
     """The oddest images: mean cosine distance to their nearest neighbours, highest first.
@@ -536,4 +540,4 @@ def unique(k, show_all, neighbours, fmt, export_path, export_fmt, index_dir, mod
         ]
         return tbl(rows, ["rank", "uniqueness", "pixels", "path"])
 
-    _emit(hits, fmt, export_path, export_fmt, render_table)
+    _emit(hits, fmt, export_path, export_fmt, render_table, index_dir=index_dir)

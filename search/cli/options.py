@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +21,18 @@ import click
 
 from wherein.indexer.paths import INDEX_ENV, MODELS_ENV
 from wherein.schemas.errors import WhereinError, storage_error
+from wherein.search.export import formats as export_formats  # light: no numpy/pyarrow
 from wherein.search.query import SORT_KEYS
 
 __all__ = [
     "FORMAT_HELP",
     "SORT_KEYS",
     "Progress",
+    "check_export_options",
     "echo_json",
     "engine_option",
+    "export_keep",
+    "export_options",
     "filter_options",
     "format_options",
     "friendly_errors",
@@ -117,6 +121,72 @@ json_option = format_options("json")
 
 def echo_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, default=str))
+
+
+# -- exports ------------------------------------------------------------------------------
+def export_options(masks: bool, rows: str = "hits") -> Callable[[Callable], Callable]:
+    """``--export FILE`` and ``--format NAME``; the command gets ``export_path``, ``export_fmt``.
+
+    Help and choices come from the format registry; masks: whether the command has
+    --mask (only then are the label formats offered). rows: what one row is.
+    """
+
+    def decorate(f: Callable) -> Callable:
+        f = click.option(
+            "--format",
+            "export_fmt",
+            type=click.Choice(export_formats.choices(masks)),
+            default=None,
+            help=export_formats.EXPORT_FORMAT_HELP,
+        )(f)
+        return click.option(
+            "--export",
+            "export_path",
+            type=click.Path(path_type=Path),  # a folder for .yolo/.masks; - for stdout
+            metavar="FILE",
+            default=None,
+            help=export_formats.export_help(masks, rows),
+        )(f)
+
+    return decorate
+
+
+def export_keep(index_dir: str | Path | None, inputs: Sequence[str | Path] = ()) -> list[Any]:
+    """What no export may write: the index folder, and the files the command reads."""
+    from wherein.indexer import paths as P
+    from wherein.search.export.destination import Keep
+
+    keep = [Keep(P.index_dir(index_dir), "the index folder")]
+    return keep + [Keep(Path(p), "an input of this command") for p in inputs]
+
+
+def check_export_options(
+    export_path: Path | None,
+    export_fmt: str | None,
+    mask: bool | None,
+    index_dir: str | Path | None,
+    inputs: Sequence[str | Path] = (),
+) -> Any:
+    """The one check of --export/--format, before any work: the export's Format, or None.
+
+    mask: the command's --mask flag, None when it has none. Option clashes are usage
+    errors (exit 2); a destination that may not be written is an ExportError (exit 1).
+    """
+    if export_path is None:
+        if export_fmt:
+            raise click.UsageError("--format only applies with --export FILE")
+        return None
+    from wherein.search.export.hits import check_export
+
+    f = export_formats.export_format(export_path, export_fmt, masks=mask is not None)
+    if f.kind == "labels" and not mask:
+        tables = export_formats.listing(export_formats.TABLE_FORMATS)
+        raise click.UsageError(
+            f"a {f.name} export holds masks: add --mask"
+            if mask is not None
+            else f"a {f.name} export holds masks, and this command makes none: export to {tables}"
+        )
+    return check_export(export_path, f.name, export_keep(index_dir, inputs), masks=mask is not None)
 
 
 # -- shared meanings ----------------------------------------------------------------------

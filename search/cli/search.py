@@ -9,6 +9,9 @@ import click
 
 from wherein.search.cli.options import (
     SORT_KEYS,
+    check_export_options,
+    export_keep,
+    export_options,
     filter_options,
     format_options,
     friendly_errors,
@@ -17,10 +20,6 @@ from wherein.search.cli.options import (
     raw_option,
     standin_banner,
     top_option,
-)
-from wherein.search.curate.export import (  # light: no numpy/faiss/torch
-    EXPORT_FORMATS,
-    LABEL_FORMATS,
 )
 
 
@@ -100,21 +99,7 @@ def register(cli: click.Group) -> None:
     is_flag=True,
     help="Overlays at the photo's size (slower) instead of a preview of at most 1024 px.",
 )
-@click.option(
-    "--export",
-    "export_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write the hits to FILE (.csv, .jsonl, .parquet); with --mask, the masks as "
-    "labels (.coco.json, a .yolo or .masks folder).",
-)
-@click.option(
-    "--format",
-    "export_fmt",
-    type=click.Choice(EXPORT_FORMATS),
-    default=None,
-    help="Export format [default: from the FILE extension].",
-)
+@export_options(masks=True)
 @click.option(
     "--category-from-labels",
     is_flag=True,
@@ -169,13 +154,9 @@ def search(
 
     q = Query.build(list(query), add=add, subtract=subtract, like=like, unlike=unlike)
     q.validate()
-    if export_path is not None:  # a bad destination fails now, not after the search
-        from wherein.search.curate.export import check_export
-
-        if check_export(export_path, export_fmt) in LABEL_FORMATS and not mask:
-            raise click.UsageError("a mask export (.coco.json, .yolo, .masks) needs --mask")
-    elif export_fmt:
-        raise click.UsageError("--format only applies with --export FILE")
+    # A bad destination fails now, not after the search; so does one of the photos read.
+    photos = [t.value for t in q.image_terms if t.kind == "image"]
+    check_export_options(export_path, export_fmt, mask, index_dir, photos)
     if category_from_labels and not (mask and export_path):
         raise click.UsageError("--category-from-labels only applies with --mask --export")
     with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
@@ -198,7 +179,7 @@ def search(
             click.echo(f"warning: {warning}", err=True)
         labels = None
         if category_from_labels:
-            from wherein.search.localize.export import best_labels
+            from wherein.search.export.labels import best_labels
 
             labels = best_labels(searcher.store.catalog, [h.id for h in hits])
     prompt = None
@@ -219,11 +200,16 @@ def search(
         )
     elif mask_prompt or out_dir or min_mask_area is not None:
         raise click.UsageError("--mask-prompt, --out and --min-mask-area only apply with --mask")
+    to_stdout = str(export_path) == "-"
     if export_path is not None:
-        from wherein.search.curate.export import write_export
+        from wherein.search.export.hits import write_export
 
-        write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels)
-        click.echo(f"exported {len(hits)} hit(s) to {export_path}", err=True)
+        keep = export_keep(index_dir, photos)
+        write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels, keep=keep)
+        where = "standard output" if to_stdout else export_path
+        click.echo(f"exported {len(hits)} hit(s) to {where}", err=True)
+    if to_stdout:  # the export is what stdout holds
+        return
     shown = output.photo_columns(sort, taken, camera, near)
     sys.stdout.write(output.render(hits, fmt, shown, near))
     if fmt == "table":

@@ -26,7 +26,8 @@ from wherein.indexer.models.modeldir import ModelDir
 from wherein.schemas.errors import ModelError
 from wherein.schemas.models import CLIPSEG
 from wherein.schemas.records import HIT_MASK_FIELDS
-from wherein.search.localize.export import LabelWriter, StoredLabels, categories_for
+from wherein.search.export.destination import Keep
+from wherein.search.export.labels import LabelWriter, StoredLabels, categories_for
 from wherein.search.localize.mask_shards import Item, MaskJob, WorkFolder, work_path
 from wherein.search.localize.masking import with_fields
 
@@ -84,6 +85,7 @@ def export_masks(
     progress: Callable[[int], object] | None = None,
     on_total: Callable[[int], object] | None = None,
     on_shard: Callable[[int], object] | None = None,
+    keep: Sequence[Keep] = (),
 ) -> tuple[list[Any], RayMaskStats]:
     """Mask every hit on Ray and write the label export at dest; (hits with mask fields, stats).
 
@@ -124,7 +126,7 @@ def export_masks(
             return list(hits), stats
     values = {o.id: o.values for o in work.outcomes(keep_pieces=False)}
     t1 = time.perf_counter()
-    with LabelWriter(dest, fmt, cats) as writer:
+    with LabelWriter(dest, fmt, cats, keep, reads=[h.path for h in hits]) as writer:
         stats.masked = work.merge(writer.add)
     stats.spent["merge"] = time.perf_counter() - t1
     work.remove()

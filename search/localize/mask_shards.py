@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from wherein.indexer.store.atomic import write_atomic
-from wherein.search.localize.export import LabelExportError, Piece
+from wherein.search.export.errors import LabelExportError
+from wherein.search.export.pieces import Piece
 
 JOB = "job.json"
 WORK_SUFFIX = ".work"

@@ -23,7 +23,7 @@ import numpy as np
 
 from wherein.indexer.imaging import DecodeError
 from wherein.schemas.errors import WhereinError
-from wherein.search.localize.export import (
+from wherein.search.export.labels import (
     Categories,
     Instance,
     LabelledImage,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wherein.search.localize import coco
-from wherein.search.localize.export import Categories, Instance, LabelledImage
+from wherein.search.export import coco
+from wherein.search.export.pieces import Categories, Instance, LabelledImage
 
 
 def random_masks(seed: int, count: int = 25, max_side: int = 30):

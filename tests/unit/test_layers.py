@@ -1,14 +1,22 @@
-"""The layers point one way: search -> indexer -> schemas.
+"""The layers point one way (search -> indexer -> schemas), and no modules import each other.
 
 ``wherein.schemas`` holds contracts (records, model specs, errors) and imports neither
 layer; ``wherein.indexer`` (ingest, storage, model runtimes, conversion) never imports
 ``wherein.search``. An arrow that runs back up fails here, with the file and the line.
+
+Every import counts, wherever it is written: at module level or inside a function
+(a lazy import still runs), absolute or relative, and ``importlib.import_module`` with
+a literal name. A computed name must be listed in DYNAMIC with the modules it can
+reach, read from the code that computes it. Imports under ``if TYPE_CHECKING:`` never
+run and are left out. Then no two modules may import each other, directly or round a
+longer loop: a cycle fails with each of its arrows' file and line.
 """
 
 from __future__ import annotations
 
 import ast
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,22 +25,119 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = {"schemas": 0, "indexer": 1, "search": 2}
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found = []
+def _cli_commands(root: Path) -> list[str]:
+    """search/cli/__init__.py registers f"wherein.search.cli.{m}" for m in COMMAND_MODULES."""
+    tree = ast.parse((root / "search" / "cli" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "COMMAND_MODULES" for t in node.targets
+        ):
+            return [f"wherein.search.cli.{m}" for m in ast.literal_eval(node.value)]
+    raise AssertionError("search/cli/__init__.py: COMMAND_MODULES not found")
+
+
+def _export_codecs(root: Path) -> list[str]:
+    """search/export/formats.py imports each format's "module.function" encoder/finisher."""
+    tree = ast.parse((root / "search" / "export" / "formats.py").read_text())
+    refs = [
+        arg.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Format"
+        for arg in node.args[4:]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+    ]
+    assert refs, "search/export/formats.py: no Format(...) entries found"
+    return sorted({f"wherein.search.export.{r.rsplit('.', 1)[0]}" for r in refs})
+
+
+# A file whose import_module takes a computed name -> the modules that name can be.
+DYNAMIC: dict[str, Callable[[Path], list[str]]] = {
+    "search/cli/__init__.py": _cli_commands,
+    "search/export/formats.py": _export_codecs,
+}
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["wherein", *parts])
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (they never run)."""
+    skip: set[int] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return skip
+
+
+def _imports(
+    path: Path, root: Path = ROOT, known: frozenset[str] = frozenset()
+) -> list[tuple[int, str]]:
+    """(line, module) for every import the file can run; known: the modules that exist, so
+    that `from pkg import mod` counts as importing pkg.mod."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = _module_name(path, root)
+    package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+    skip = _type_checking_only(tree)
+    rel = str(path.relative_to(root))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            subs = [f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in known]
+            found += [(node.lineno, m) for m in subs]
+            if len(subs) < len(node.names):
+                found.append((node.lineno, module))
+        elif isinstance(node, ast.Call) and _is_import_module(node.func):
+            arg = node.args[0] if node.args else None
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                found.append((node.lineno, arg.value))
+            elif rel in DYNAMIC:
+                found += [(node.lineno, m) for m in DYNAMIC[rel](root)]
+            else:
+                found.append((node.lineno, f"<computed name: add {rel} to DYNAMIC>"))
     return found
+
+
+def _is_import_module(func: ast.expr) -> bool:
+    if isinstance(func, ast.Attribute):
+        return func.attr == "import_module" and getattr(func.value, "id", None) == "importlib"
+    return isinstance(func, ast.Name) and func.id == "import_module"
+
+
+def _graph(root: Path = ROOT) -> dict[str, dict[str, str]]:
+    """module -> {module it imports: "file:line"}, wherein's own modules only."""
+    files = {
+        _module_name(p, root): p for layer in LAYERS for p in sorted((root / layer).rglob("*.py"))
+    }
+    known = frozenset(files)
+    graph: dict[str, dict[str, str]] = {m: {} for m in files}
+    for module, path in files.items():
+        for line, target in _imports(path, root, known):
+            if target.startswith("<computed"):
+                graph[module][target] = f"{path.relative_to(root)}:{line}"
+            elif target in known and target != module:
+                graph[module].setdefault(target, f"{path.relative_to(root)}:{line}")
+    return graph
 
 
 def _backward_imports(root: Path = ROOT) -> list[str]:
     bad = []
     for layer, rank in LAYERS.items():
         for path in sorted((root / layer).rglob("*.py")):
-            for line, module in _imports(path):
+            for line, module in _imports(path, root):
                 parts = module.split(".")
                 if parts[0] != "wherein" or len(parts) < 2 or parts[1] not in LAYERS:
                     continue
@@ -41,8 +146,62 @@ def _backward_imports(root: Path = ROOT) -> list[str]:
     return bad
 
 
+def _cycles(root: Path = ROOT) -> list[str]:
+    """Each import cycle (a strongly connected group of modules), arrow by arrow."""
+    graph = _graph(root)
+    unknown = [
+        f"{where} imports a {t[1:-1]}"
+        for edges in graph.values()
+        for t, where in edges.items()
+        if t.startswith("<")
+    ]
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    found = []
+    for group in sorted(groups):
+        arrows = [
+            f"{graph[a][b]} {a} -> {b}" for a in group for b in sorted(graph[a]) if b in group
+        ]
+        found.append("cycle: " + "; ".join(arrows))
+    return unknown + found
+
+
 def test_no_layer_imports_a_layer_above_it():
     assert _backward_imports() == []
+
+
+def test_no_modules_import_each_other():
+    assert _cycles() == []
 
 
 def test_the_check_sees_a_backward_import(tmp_path):
@@ -52,6 +211,48 @@ def test_the_check_sees_a_backward_import(tmp_path):
     for layer in ("schemas", "search"):
         (tmp_path / layer).mkdir()
     assert _backward_imports(tmp_path) == ["indexer/bad.py:1 imports wherein.search.api"]
+
+
+def _fake_tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for layer in LAYERS:
+        (tmp_path / layer).mkdir(exist_ok=True)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_the_check_sees_lazy_relative_and_importlib_cycles(tmp_path):
+    root = _fake_tree(
+        tmp_path,
+        {
+            "search/__init__.py": "",
+            "search/a.py": "def f():\n    from wherein.search import b\n",  # lazy
+            "search/b.py": "from . import c\n",  # relative
+            "search/c.py": "import importlib\nimportlib.import_module('wherein.search.a')\n",
+            "search/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from wherein.search import e\n",
+            "search/e.py": "from wherein.search import d\n",  # d -> e only for types: no cycle
+        },
+    )
+    assert _cycles(root) == [
+        "cycle: search/a.py:2 wherein.search.a -> wherein.search.b; "
+        "search/b.py:1 wherein.search.b -> wherein.search.c; "
+        "search/c.py:2 wherein.search.c -> wherein.search.a"
+    ]
+
+
+def test_a_computed_import_must_be_declared(tmp_path):
+    root = _fake_tree(
+        tmp_path, {"search/x.py": "import importlib\nname = 'y'\nimportlib.import_module(name)\n"}
+    )
+    assert _cycles(root) == ["search/x.py:3 imports a computed name: add search/x.py to DYNAMIC"]
+
+
+def test_the_declared_dynamic_imports_are_seen():
+    graph = _graph()
+    assert "wherein.search.cli.search" in graph["wherein.search.cli"]
+    assert "wherein.search.export.coco" in graph["wherein.search.export.formats"]
 
 
 def _tracked_text_files() -> list[Path]:

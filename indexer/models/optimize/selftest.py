@@ -287,8 +287,9 @@ def run_self_test(
     """Load what is not given the way the commands load it, then run the three checks."""
     if tower is None:
         from wherein.indexer.models.image_tower import ImageTower
+        from wherein.indexer.models.registry import entry_for
 
-        tower = ImageTower.from_models(md)
+        tower = ImageTower.from_models(md, spec=entry_for(md).spec)
     if encoder is None:
         encoder = text_encoder(md)
     checks, rows = _ranking(probes, tower, encoder)

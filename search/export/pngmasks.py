@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from wherein.search.localize.export import Categories, LabelledImage, Piece, base_name
+from wherein.search.export.pieces import Categories, LabelledImage, Piece, base_name
 
 # Distinct, saturated colours for viewing; the pixel values are what count.
 _COLOURS = [

@@ -10,111 +10,67 @@ The writer is built to be sharded. Work happens in two steps:
 2. ``LabelWriter`` (the merge) takes pieces in any order, writes their files
    into a temporary sibling of the destination, and on ``close()`` writes the
    index (COCO json, images.txt + data.yaml, manifest.json) and renames the
-   result into place. A failed or interrupted export leaves nothing behind.
+   result into place (a one-file COCO export goes through destination.py: a
+   stream or standard output too). A failed or interrupted export leaves nothing
+   behind.
 
 ``write_labels`` runs both steps for images held in memory; ``images_from_hits``
 makes those images from hits that went through ``add_masks`` (it reads each
 hit's mask PNG, so the labels are exactly the masks wherein wrote).
 
-Category ids: COCO counts from 1, YOLO classes from 0, PNG masks use
-1..n with 0 as background; all follow the order of ``categories``.
+The data types (Piece, Categories, ...) are in pieces.py, the codecs in coco.py,
+yolo.py and pngmasks.py, reached through the format registry (formats.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
+import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from wherein.schemas.errors import WhereinError
-from wherein.search.curate.export import LABEL_FORMATS
+from wherein.search.export.destination import Destination, Keep, resolve
+from wherein.search.export.errors import ExportError, LabelExportError
+from wherein.search.export.formats import FORMATS, LABEL_FORMATS, Format
+from wherein.search.export.pieces import (  # re-exported: the label export's vocabulary
+    Categories,
+    Instance,
+    LabelledImage,
+    Piece,
+    base_name,
+)
 
-# Formats that are a folder rather than one file.
-FOLDER_FORMATS = ("yolo", "masks")
-
-
-class LabelExportError(WhereinError):
-    """The labels cannot be exported (destination, categories, masks)."""
-
-
-@dataclass
-class Instance:
-    """One labelled mask on an image."""
-
-    category: str
-    mask: np.ndarray  # bool [H, W] at the image's viewing size
-    score: float | None = None
-
-
-@dataclass
-class LabelledImage:
-    id: int  # catalog id: unique, so pieces from different shards never clash
-    path: str
-    width: int
-    height: int
-    instances: list[Instance] = field(default_factory=list)
-
-
-@dataclass
-class Piece:
-    """One image's share of an export: small and picklable."""
-
-    id: int
-    record: dict[str, Any]  # the image's entry in the index file
-    files: dict[str, bytes] = field(default_factory=dict)  # relative path -> content
-    links: dict[str, str] = field(default_factory=dict)  # relative path -> absolute target
+__all__ = [
+    "Categories",
+    "Instance",
+    "LabelExportError",
+    "LabelWriter",
+    "LabelledImage",
+    "Piece",
+    "StoredLabels",
+    "base_name",
+    "best_labels",
+    "categories_for",
+    "check_destination",
+    "encode_piece",
+    "export_hits",
+    "images_from_hits",
+    "read_mask",
+    "write_labels",
+]
 
 
-class Categories:
-    """Category names in a fixed order; ids depend on the format (see the module docstring)."""
-
-    def __init__(self, names: Iterable[str]) -> None:
-        self.names: list[str] = []
-        for n in names:
-            if n not in self.names:
-                self.names.append(n)
-        if not self.names:
-            raise LabelExportError("no categories to export")
-        if len(self.names) > 255:
-            raise LabelExportError(f"{len(self.names)} categories: at most 255 fit a PNG mask")
-        self._index = {n: i for i, n in enumerate(self.names)}
-
-    def index(self, name: str) -> int:
-        """0-based position of a category."""
-        try:
-            return self._index[name]
-        except KeyError:
-            raise LabelExportError(f"category {name!r} is not one of {self.names}") from None
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-
-def _format_module(fmt: str):
-    if fmt == "coco":
-        from wherein.search.localize import coco
-
-        return coco
-    if fmt == "yolo":
-        from wherein.search.localize import yolo
-
-        return yolo
-    if fmt == "masks":
-        from wherein.search.localize import pngmasks
-
-        return pngmasks
-    raise LabelExportError(f"unknown label format {fmt!r} (choose from {', '.join(LABEL_FORMATS)})")
-
-
-def base_name(item: LabelledImage) -> str:
-    """<stem>-<catalog id>: unique per image without looking at the other images."""
-    return f"{Path(item.path).stem}-{item.id}"
+def label_format(fmt: str) -> Format:
+    if fmt not in LABEL_FORMATS:
+        raise LabelExportError(
+            f"unknown label format {fmt!r} (choose from {', '.join(LABEL_FORMATS)})"
+        )
+    return FORMATS[fmt]
 
 
 def encode_piece(item: LabelledImage, fmt: str, categories: Categories | Sequence[str]) -> Piece:
@@ -126,43 +82,55 @@ def encode_piece(item: LabelledImage, fmt: str, categories: Categories | Sequenc
                 f"{item.path}: mask is {inst.mask.shape[1]}x{inst.mask.shape[0]}, "
                 f"image {item.width}x{item.height}"
             )
-    return _format_module(fmt).encode(item, cats)
+    return label_format(fmt).encode(item, cats)
 
 
-def check_destination(dest: str | Path, fmt: str) -> Path:
-    """Fail before any work: the parent folder must exist; a folder export needs a new or empty folder."""
-    dest = Path(dest).expanduser().absolute()
-    _format_module(fmt)
-    if not dest.parent.is_dir():
-        raise LabelExportError(f"{dest}: folder {dest.parent} does not exist")
-    if fmt in FOLDER_FORMATS:
-        if dest.exists() and not dest.is_dir():
-            raise LabelExportError(f"{dest}: exists and is not a folder")
-        if dest.is_dir() and any(dest.iterdir()):
-            raise LabelExportError(
-                f"{dest}: folder is not empty (a {fmt} export writes a new folder)"
-            )
-    elif dest.is_dir():
-        raise LabelExportError(f"{dest}: is a folder (a COCO export is one .json file)")
-    return dest
+def check_destination(
+    dest: str | Path, fmt: str, keep: Sequence[Keep] = (), reads: Iterable[str] = ()
+) -> Destination:
+    """Fail before any work: see destination.resolve (a folder export needs a new or empty
+    folder; nothing inside a kept folder, over a kept file or an image read)."""
+    f = label_format(fmt)
+    try:
+        return resolve(dest, f, keep, reads)
+    except LabelExportError:
+        raise
+    except ExportError as exc:
+        raise LabelExportError(str(exc)) from None
 
 
 class LabelWriter:
-    """Merges pieces into one export (step 2). Use as a context manager: an error aborts."""
+    """Merges pieces into one export (step 2). Use as a context manager: an error aborts.
 
-    def __init__(self, dest: str | Path, fmt: str, categories: Categories | Sequence[str]) -> None:
-        self.dest = check_destination(dest, fmt)
+    dest: a path, a symlink (written through), a FIFO or character device (a file
+    format, streamed), or - (standard output, a file format); keep/reads as in
+    check_destination, checked again here.
+    """
+
+    def __init__(
+        self,
+        dest: str | Path,
+        fmt: str,
+        categories: Categories | Sequence[str],
+        keep: Sequence[Keep] = (),
+        reads: Iterable[str] = (),
+    ) -> None:
+        self.destination = check_destination(dest, fmt, keep, reads)
+        self.dest = Path(dest) if str(dest) == "-" else Path(dest).expanduser().absolute()
         self.fmt = fmt
         self.categories = (
             categories if isinstance(categories, Categories) else Categories(categories)
         )
-        self._module = _format_module(fmt)
-        self._tmp = self.dest.with_name(f".{self.dest.name}.{os.getpid()}.tmp")
+        self._format = label_format(fmt)
         self._records: list[dict[str, Any]] = []
         self._ids: set[int] = set()
         self._closed = False
-        if fmt in FOLDER_FORMATS:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._tmp: Path | None = None
+        if self.destination.kind == "folder":
+            target = self.destination.path
+            assert target is not None
+            # Beside the target (a symlink's too), so that the rename stays on one file system.
+            self._tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
             self._tmp.mkdir()
 
     def encode(self, item: LabelledImage) -> Piece:
@@ -172,40 +140,48 @@ class LabelWriter:
         if piece.id in self._ids:
             raise LabelExportError(f"image {piece.id} was added twice")
         self._ids.add(piece.id)
+        if (piece.files or piece.links) and self._tmp is None:
+            raise LabelExportError(f"a {self.fmt} export is one file: a piece cannot add files")
         for rel, data in piece.files.items():
-            target = self._tmp / rel
+            target = self._inside(rel)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         for rel, source in piece.links.items():
-            target = self._tmp / rel
+            target = self._inside(rel)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(source, target)
         self._records.append(piece.record)
+
+    def _inside(self, rel: str) -> Path:
+        """A piece's file, which stays inside the export folder (no absolute or .. names)."""
+        assert self._tmp is not None
+        target = self._tmp / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise LabelExportError(f"{rel}: a file of an export stays inside its folder")
+        return target
 
     def close(self) -> Path:
         """Write the index and move the export into place; returns its path."""
         if self._closed:
             return self.dest
-        index = self._module.finish(self._records, self.categories, self.dest)
-        if self.fmt in FOLDER_FORMATS:
+        index = self._format.finish(self._records, self.categories, self.dest)
+        if self._tmp is not None:
+            target = self.destination.path
+            assert target is not None
             for rel, data in index.items():
-                (self._tmp / rel).write_bytes(data)
-            if self.dest.is_dir():
-                self.dest.rmdir()  # empty (checked): rename cannot replace a folder
-            os.replace(self._tmp, self.dest)
+                self._inside(rel).write_bytes(data)
+            if target.is_dir():
+                target.rmdir()  # empty (checked; rmdir refuses otherwise): rename cannot replace a folder
+            os.replace(self._tmp, target)
         else:
             (data,) = index.values()
-            self._tmp.write_bytes(data)
-            os.replace(self._tmp, self.dest)
+            self.destination.write(data)
         self._closed = True
         return self.dest
 
     def abort(self) -> None:
-        if self._tmp.is_dir() and not self._tmp.is_symlink():
+        if self._tmp is not None and self._tmp.is_dir() and not self._tmp.is_symlink():
             shutil.rmtree(self._tmp, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                self._tmp.unlink()
         self._closed = True
 
     def __len__(self) -> int:
@@ -226,9 +202,11 @@ def write_labels(
     dest: str | Path,
     fmt: str,
     categories: Categories | Sequence[str],
+    keep: Sequence[Keep] = (),
+    reads: Iterable[str] = (),
 ) -> Path:
     """Encode and merge in one process; returns the export's path."""
-    with LabelWriter(dest, fmt, categories) as writer:
+    with LabelWriter(dest, fmt, categories, keep, reads) as writer:
         for item in items:
             writer.add(writer.encode(item))
     return writer.dest
@@ -284,6 +262,7 @@ def export_hits(
     fmt: str,
     prompt: str,
     labels: StoredLabels | None = None,
+    keep: Sequence[Keep] = (),
 ) -> tuple[Path, int]:
     """Export masked hits; the category is the prompt, or the image's best stored label.
 
@@ -291,7 +270,8 @@ def export_hits(
     """
     masked = [h for h in hits if getattr(h, "mask_path", None)]
     cats, category = categories_for(masked, prompt, labels)
-    path = write_labels(images_from_hits(masked, category), dest, fmt, cats)
+    reads = [h.path for h in hits]
+    path = write_labels(images_from_hits(masked, category), dest, fmt, cats, keep, reads)
     return path, len(masked)
 
 

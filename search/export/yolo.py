@@ -20,8 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from wherein.search.export.pieces import Categories, LabelledImage, Piece, base_name
 from wherein.search.localize.contours import polygons
-from wherein.search.localize.export import Categories, LabelledImage, Piece, base_name
 
 TOLERANCE_PX = 1.0
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from wherein.search.localize.export import Categories, LabelledImage, Piece
+from wherein.search.export.pieces import Categories, LabelledImage, Piece
 
 
 def rle(mask: np.ndarray) -> dict[str, Any]:

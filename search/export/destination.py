@@ -1,0 +1,172 @@
+"""Where an export may go, and how its bytes get there: never over what is not ours.
+
+- a new path or a regular file: written to a temporary file beside it and renamed
+  over it (atomic: a failed export leaves the old file byte for byte; the old
+  file's permissions are kept);
+- a symlink: written through to its target, which is replaced as above (the link stays);
+- ``-``: standard output (file formats only: a folder of files cannot be a stream);
+- a FIFO or a character device: opened and written as a stream, no rename, and a
+  write error (a full device) is an error;
+- anything else that exists (a block device, a socket) is refused;
+- a path inside a kept folder (the index) or equal to a kept file (an input the
+  command reads) is refused before anything is written, whatever the link or
+  ``..`` spelling that leads there.
+
+A folder export (yolo, masks) needs a new or empty folder; labels.py builds it
+beside the target and renames it into place.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from wherein.indexer.store.atomic import atomic_path
+from wherein.search.export.errors import ExportError
+from wherein.search.export.formats import STDOUT, Format
+
+
+@dataclass(frozen=True)
+class Keep:
+    """A path no export may write: a folder (and everything below it) or one file."""
+
+    path: Path
+    what: str  # how the error names it: "the index folder", "an input of this command"
+
+
+@dataclass(frozen=True)
+class Destination:
+    given: str  # as the user wrote it: errors and messages name it so
+    kind: Literal["stdout", "stream", "file", "folder"]
+    path: Path | None  # where the bytes go (a symlink's target); None for standard output
+
+    @property
+    def shown(self) -> str:
+        return "standard output" if self.kind == "stdout" else self.given
+
+    def write(self, data: bytes) -> None:
+        """The whole export, one way or the other; a refused write is an ExportError."""
+        try:
+            if self.kind == "stdout":
+                sys.stdout.flush()  # what was printed before comes first
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+            elif self.kind == "stream":
+                assert self.path is not None
+                # No temporary file and no rename: the FIFO's reader, or the device, gets
+                # the bytes; close() flushes, so a full device raises here, not later.
+                with open(self.path, "wb") as stream:
+                    stream.write(data)
+            else:
+                assert self.path is not None
+                with atomic_path(self.path) as tmp:
+                    tmp.write_bytes(data)
+                    _keep_mode(self.path, tmp)
+        except OSError as exc:
+            raise ExportError(f"{self.shown}: cannot write ({exc.strerror or exc})") from None
+
+
+def _keep_mode(old: Path, new: Path) -> None:
+    """The replacement keeps the permissions of the file it replaces (as `>` would)."""
+    try:
+        mode = stat.S_IMODE(os.stat(old).st_mode)
+    except FileNotFoundError:
+        return
+    os.chmod(new, mode)
+
+
+def resolve(
+    dest: str | Path, fmt: Format, keep: Sequence[Keep] = (), reads: Iterable[str] = ()
+) -> Destination:
+    """Where an export to ``dest`` goes, or an ExportError saying why it may not.
+
+    keep: folders and files never written (the index, the command's inputs).
+    reads: more files the command reads (the hits' images); checked by name first,
+    so a long list costs one comparison per path.
+    """
+    given = str(dest)
+    if given == STDOUT:
+        if fmt.layout == "folder":
+            raise ExportError(
+                f"a {fmt.name} export is a folder of files: it cannot go to standard output (-)"
+            )
+        return Destination(given, "stdout", None)
+    if not given.strip():
+        raise ExportError("--export needs a path (or - for standard output)")
+    path = Path(given).expanduser().absolute()
+    # Through every symlink, the last one included: the target is what gets written.
+    target = Path(os.path.realpath(path))
+    _refuse_kept(given, target, keep)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise ExportError(f"{given}: cannot write there ({exc.strerror or exc})") from None
+    if st is None:
+        if not target.parent.is_dir():
+            raise ExportError(f"{given}: folder {target.parent} does not exist")
+        return Destination(given, fmt.layout, target)
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        if fmt.layout == "file":
+            raise ExportError(f"{given}: is a folder (a {fmt.name} export is one file)")
+        if any(target.iterdir()):
+            raise ExportError(
+                f"{given}: folder is not empty (a {fmt.name} export writes a new folder)"
+            )
+        return Destination(given, "folder", target)
+    if fmt.layout == "folder":
+        raise ExportError(f"{given}: exists and is not a folder (a {fmt.name} export is a folder)")
+    if stat.S_ISREG(mode):
+        _refuse_inputs(given, path, target, reads)
+        return Destination(given, "file", target)
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        return Destination(given, "stream", target)
+    what = (
+        "block device"
+        if stat.S_ISBLK(mode)
+        else "socket"
+        if stat.S_ISSOCK(mode)
+        else "special file"
+    )
+    raise ExportError(
+        f"{given}: is a {what}; an export goes to a file, a FIFO, a character device "
+        "or - (standard output)"
+    )
+
+
+def _refuse_kept(given: str, target: Path, keep: Sequence[Keep]) -> None:
+    for k in keep:
+        kept = Path(os.path.realpath(k.path.expanduser().absolute()))
+        if kept in target.parents or (target == kept and kept.is_dir()):
+            raise ExportError(
+                f"{given}: is inside {k.what} {k.path}; an export never writes there: "
+                "choose a path outside it"
+            )
+        if target == kept or _same_file(target, kept):
+            raise ExportError(
+                f"{given}: is {k.what} {k.path}; an export never overwrites it: choose another path"
+            )
+
+
+def _refuse_inputs(given: str, path: Path, target: Path, reads: Iterable[str]) -> None:
+    names = {path.name, target.name}
+    for r in reads:
+        if os.path.basename(r) in names and _same_file(Path(r), target):
+            raise ExportError(
+                f"{given}: is {r}, an image this command reads; an export never overwrites "
+                "it: choose another path"
+            )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

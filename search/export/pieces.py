@@ -1,0 +1,76 @@
+"""What a label export is made of: images with masks, categories, and one image's Piece.
+
+The codecs (coco.py, yolo.py, pngmasks.py) turn a LabelledImage into a Piece;
+labels.py merges pieces into the export. Category ids: COCO counts from 1, YOLO
+classes from 0, PNG masks use 1..n with 0 as background; all follow the order of
+``Categories``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wherein.search.export.errors import LabelExportError
+
+
+@dataclass
+class Instance:
+    """One labelled mask on an image."""
+
+    category: str
+    mask: np.ndarray  # bool [H, W] at the image's viewing size
+    score: float | None = None
+
+
+@dataclass
+class LabelledImage:
+    id: int  # catalog id: unique, so pieces from different shards never clash
+    path: str
+    width: int
+    height: int
+    instances: list[Instance] = field(default_factory=list)
+
+
+@dataclass
+class Piece:
+    """One image's share of an export: small and picklable."""
+
+    id: int
+    record: dict[str, Any]  # the image's entry in the index file
+    files: dict[str, bytes] = field(default_factory=dict)  # relative path -> content
+    links: dict[str, str] = field(default_factory=dict)  # relative path -> absolute target
+
+
+class Categories:
+    """Category names in a fixed order; ids depend on the format (see the module docstring)."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names: list[str] = []
+        for n in names:
+            if n not in self.names:
+                self.names.append(n)
+        if not self.names:
+            raise LabelExportError("no categories to export")
+        if len(self.names) > 255:
+            raise LabelExportError(f"{len(self.names)} categories: at most 255 fit a PNG mask")
+        self._index = {n: i for i, n in enumerate(self.names)}
+
+    def index(self, name: str) -> int:
+        """0-based position of a category."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise LabelExportError(f"category {name!r} is not one of {self.names}") from None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def base_name(item: LabelledImage) -> str:
+    """<stem>-<catalog id>: unique per image without looking at the other images."""
+    return f"{Path(item.path).stem}-{item.id}"

@@ -1,0 +1,288 @@
+"""--export writes only what it owns (issue 22): files, symlinks, -, FIFOs, devices, the index.
+
+Every command that exports (search, select, label, dupes, unique) goes through one
+destination check, so each case runs on search and on a curation command; the
+label formats (a COCO file, a YOLO folder) follow the same rules.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from wherein.search.cli import cli
+
+# Each command with its arguments, and the same listing printed as CSV.
+COMMANDS = {
+    "search": ["search", "red", "-k", "3"],
+    "select": ["select", "red", "-p", "0.5"],
+    "dupes": ["dupes", "--threshold", "0.5"],
+}
+
+
+def run(*args, ok: bool = True):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    if ok:
+        assert result.exit_code == 0, result.output + repr(result.exception)
+    return result
+
+
+def error_lines(stderr: str) -> list[str]:
+    """stderr less the stand-in models' banner (it comes before any work)."""
+    return [line for line in stderr.strip().splitlines() if not line.startswith("Using STAND-IN")]
+
+
+def one_error_line(result, code: int = 1) -> str:
+    """The command failed with exactly one `Error:` line on stderr (no traceback)."""
+    assert result.exit_code == code, result.output + repr(result.exception)
+    lines = error_lines(result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    return lines[0]
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file below folder and a hash of its bytes: what 'left intact' means."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture()
+def indexed(env, shapes) -> dict[str, Path]:
+    run("index", shapes, "-q")
+    return {**env, "photos": shapes}
+
+
+def csv_of(args: list[str]) -> str:
+    return run(*args, "--csv").stdout
+
+
+# -- regular files, new paths, symlinks ------------------------------------------------------
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_new_path_and_a_regular_file_get_the_export(indexed, tmp_path, command):
+    args = COMMANDS[command]
+    expected = csv_of(args)
+    new = tmp_path / "new.csv"
+    run(*args, "--export", new)
+    assert new.read_text() == expected
+    old = tmp_path / "old.csv"
+    old.write_text("somebody's old rows\n")
+    old.chmod(0o600)
+    run(*args, "--export", old)
+    assert old.read_text() == expected
+    assert stat.S_IMODE(old.stat().st_mode) == 0o600  # replaced, permissions kept
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_symlink_is_written_through_to_its_target(indexed, tmp_path, command):
+    args = COMMANDS[command]
+    target = tmp_path / "real" / "rows.csv"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    run(*args, "--export", link)
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert target.read_text() == csv_of(args)
+
+
+def test_a_symlink_into_the_index_is_refused(indexed, tmp_path):
+    before = digest(indexed["index"])
+    link = tmp_path / "innocent.csv"
+    link.symlink_to(indexed["index"] / "catalog.db")
+    line = one_error_line(run(*COMMANDS["search"], "--export", link, ok=False))
+    assert "index folder" in line
+    assert digest(indexed["index"]) == before and link.is_symlink()
+
+
+# -- standard output -------------------------------------------------------------------------
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_dash_is_standard_output(indexed, command):
+    args = COMMANDS[command]
+    res = run(*args, "--export", "-", "--format", "csv")
+    assert res.stdout == csv_of(args)  # the export alone: the listing is not printed too
+    assert "standard output" in res.stderr
+    assert not Path("-").exists()
+
+
+def test_dash_needs_a_format_and_a_folder_format_refuses_it(indexed, tmp_path):
+    assert "--format" in one_error_line(run(*COMMANDS["select"], "--export", "-", ok=False))
+    res = run(
+        "search", "red", "-k", "2", "--mask", "--out", tmp_path / "m", "--export", "-",
+        "--format", "yolo", ok=False,
+    )  # fmt: skip
+    assert "standard output" in one_error_line(res)
+    assert not (tmp_path / "m").exists()  # refused before any mask was made
+
+
+# -- FIFOs and character devices ---------------------------------------------------------------
+@pytest.mark.parametrize("command", ["search", "select"])
+def test_a_fifo_is_written_as_a_stream(indexed, tmp_path, command):
+    args = COMMANDS[command]
+    expected = csv_of(args)
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    run(*args, "--export", fifo)
+    reader.join(timeout=60)
+    assert not reader.is_alive(), "the FIFO's reader never saw the end of the export"
+    assert got == [expected.encode()]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still a FIFO, not a regular file
+
+
+def _full_devices(tmp_path: Path) -> list[Path]:
+    """/dev/full, and a replica of it made with mknod where this process may."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    devices = [Path("/dev/full")]
+    replica = tmp_path / "full"
+    try:
+        os.mknod(replica, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        devices.append(replica)
+    except (PermissionError, AttributeError):
+        pass  # not root: /dev/full alone
+    return devices
+
+
+def test_a_full_device_is_one_error_line_and_exit_1(indexed, tmp_path):
+    for device in _full_devices(tmp_path):
+        # A real process: nothing at exit (a flush, a traceback) may add to the one line.
+        res = subprocess.run(
+            [sys.executable, "-m", "wherein.search.cli", *COMMANDS["search"]]
+            + ["--export", str(device), "--format", "csv"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        lines = error_lines(res.stderr)
+        assert res.returncode == 1, res.stderr
+        assert len(lines) == 1 and lines[0].startswith(f"Error: {device}: cannot write"), lines
+        assert "No space left" in lines[0]
+        assert stat.S_ISCHR(os.lstat(device).st_mode)  # still the device
+
+
+def test_a_full_standard_output_is_one_error_line_and_exit_1(indexed):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        res = subprocess.run(
+            [sys.executable, "-m", "wherein.search.cli", *COMMANDS["search"]]
+            + ["--export", "-", "--format", "csv"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    lines = error_lines(res.stderr)
+    assert res.returncode == 1, res.stderr
+    assert lines == ["Error: standard output: cannot write (No space left on device)"]
+
+
+def test_a_full_device_fails_select_too(indexed, tmp_path):
+    for device in _full_devices(tmp_path):
+        res = run(*COMMANDS["select"], "--export", device, "--format", "jsonl", ok=False)
+        assert "No space left" in one_error_line(res)
+        assert stat.S_ISCHR(os.lstat(device).st_mode)
+
+
+# -- the index folder and the inputs -------------------------------------------------------------
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("inside", ["catalog.db", "vectors.faiss", "new.csv", "cache/x.csv", "."])
+def test_nothing_inside_the_index_folder_is_written(indexed, command, inside):
+    index = indexed["index"]
+    (index / "cache").mkdir(exist_ok=True)
+    before = digest(index)
+    names = sorted(os.listdir(index))
+    res = run(*COMMANDS[command], "--export", index / inside, "--format", "csv", ok=False)
+    assert "index folder" in one_error_line(res)
+    assert digest(index) == before and sorted(os.listdir(index)) == names
+    run(*COMMANDS[command])  # the index still works
+
+
+def test_the_index_is_guarded_when_named_by_option(indexed, tmp_path):
+    """--index (another index than WHEREIN_INDEX's) through a symlink; the export path
+    spelled another way, with a .. on the way."""
+    index = tmp_path / "other index"
+    run("index", indexed["photos"], "--index", index, "-q")
+    (index / "cache").mkdir(exist_ok=True)
+    alias = tmp_path / "alias"
+    alias.symlink_to(index, target_is_directory=True)
+    before = digest(index)
+    sneaky = index / "cache" / ".." / "catalog.db"
+    res = run("unique", "--index", alias, "--export", sneaky, "--format", "csv", ok=False)
+    assert "index folder" in one_error_line(res)
+    assert digest(index) == before
+
+
+def test_a_label_export_into_the_index_is_refused(indexed, tmp_path):
+    index = indexed["index"]
+    before = digest(index)
+    for dest in (index / "labels.yolo", index / "labels.coco.json"):
+        res = run(
+            "search", "red", "-k", "2", "--mask", "--out", tmp_path / "m", "--export", dest,
+            ok=False,
+        )  # fmt: skip
+        assert "index folder" in one_error_line(res)
+        assert not dest.exists() and digest(index) == before
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_photo_a_search_reads_is_refused(indexed, tmp_path):
+    photo = indexed["photos"] / "red_square.jpg"
+    before = photo.read_bytes()
+    res = run("search", "--like", photo, "--export", photo, "--format", "csv", ok=False)
+    assert "an input of this command" in one_error_line(res)
+    assert photo.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["search", "select"])
+def test_an_image_among_the_hits_is_refused(indexed, command):
+    photo = indexed["photos"] / "red_square.jpg"  # a hit of "red"
+    before = photo.read_bytes()
+    res = run(*COMMANDS[command], "--export", photo, "--format", "csv", ok=False)
+    assert "this command reads" in one_error_line(res)
+    assert photo.read_bytes() == before
+
+
+# -- label formats -----------------------------------------------------------------------------
+def test_label_exports_follow_the_same_rules(indexed, tmp_path):
+    mask = ["search", "red", "-k", "2", "--mask", "--out", tmp_path / "m"]
+    # COCO through a symlink: the target gets it, the link stays.
+    target = tmp_path / "real.coco.json"
+    target.write_text("{}")
+    link = tmp_path / "link.coco.json"
+    link.symlink_to(target)
+    run(*mask, "--export", link)
+    assert link.is_symlink() and '"annotations"' in target.read_text()
+    # COCO to -: the JSON document alone on stdout.
+    res = run(*mask, "--export", "-", "--format", "coco")
+    assert res.stdout.startswith("{") and '"annotations"' in res.stdout
+    # A YOLO folder through a symlink to an empty folder: built there, the link kept.
+    folder = tmp_path / "real.yolo"
+    folder.mkdir()
+    yolo = tmp_path / "link.yolo"
+    yolo.symlink_to(folder, target_is_directory=True)
+    run(*mask, "--export", yolo)
+    assert yolo.is_symlink() and (folder / "data.yaml").is_file()
+    # A full device is one error line for a label file too.
+    if Path("/dev/full").exists():
+        res = run(*mask, "--export", "/dev/full", "--format", "coco", ok=False)
+        assert "No space left" in one_error_line(res)
+    # A FIFO is not a folder.
+    fifo = tmp_path / "pipe.yolo"
+    os.mkfifo(fifo)
+    assert "not a folder" in one_error_line(run(*mask, "--export", fifo, ok=False))
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
