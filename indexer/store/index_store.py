@@ -10,6 +10,7 @@ INDEX/
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -20,14 +21,24 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
-from wherein.indexer.store.catalog import Catalog
-from wherein.indexer.store.vector_file import VECTOR_FILE
+from wherein.indexer.store.catalog import Catalog, blob_to_vector, damaged, salvage
+from wherein.indexer.store.vector_file import VECTOR_FILE, VectorFile
 from wherein.indexer.store.vectors import FAISS_FILE, SIDECAR_FILE, VectorIndex, index_ids
-from wherein.schemas.errors import IndexError_, IndexLocked
+from wherein.schemas.errors import IndexError_, IndexLocked, is_damage
 
 CATALOG_FILE = "catalog.db"
 LOCK_FILE = "index.lock"
 LOCK_POLL_SECONDS = 0.5
+
+
+@dataclass
+class Rebuilt:
+    """What --rebuild-catalog did: where the damaged file went, what it gave back."""
+
+    aside: Path
+    salvaged: int  # rows read from the damaged file
+    reused: int  # of those, rows whose file is unchanged: their vectors are kept
+    unreadable: int  # ids whose rows no read got through
 
 
 @dataclass
@@ -50,6 +61,7 @@ class IndexStore:
         self.vectors = VectorIndex(directory)
         self._lock_fd = lock_fd
         self.sync_note = ""
+        self.rebuilt: Rebuilt | None = None
 
     @property
     def writable(self) -> bool:
@@ -64,11 +76,14 @@ class IndexStore:
         load_vectors: bool = True,
         wait: bool = False,
         on_wait: Callable[[str], object] | None = None,
+        rebuild: bool = False,
     ) -> IndexStore:
         """Open an index; ``write`` takes the writer lock (IndexLocked if another process has it).
 
         wait: poll until the other writer is done instead of failing; ``on_wait`` gets
         one line saying who is waited for (and again if the holder changes).
+        rebuild (with write): set the catalog aside (never deleted) and start a new one
+        holding what could be salvaged from it (see ``rebuild_catalog``).
         """
         d = Path(directory)
         db = d / CATALOG_FILE
@@ -83,13 +98,17 @@ class IndexStore:
                 raise _cannot_write(d, exc) from None
         lock_fd = _take_lock(d, wait, on_wait) if write else None
         readonly = not write and db.is_file() and not os.access(d, os.W_OK)
+        rebuilt = None
         try:
-            catalog = Catalog(db, readonly=readonly)
+            if rebuild and write and (db.exists() or db.is_symlink()):
+                rebuilt = rebuild_catalog(d)
+            catalog = Catalog(db, readonly=readonly, verify=write and rebuilt is None)
         except Exception as exc:
             if lock_fd is not None:
                 os.close(lock_fd)
             raise _catalog_error(db, exc, readonly) from exc
         store = cls(d, catalog, lock_fd)
+        store.rebuilt = rebuilt
         if load_vectors:
             try:
                 store.vectors.load()
@@ -206,6 +225,88 @@ class IndexStore:
             rep.fail(f"{path}: {blank} of {len(sample)} sampled vectors are empty or not finite")
 
 
+def rebuild_catalog(d: Path) -> Rebuilt:
+    """Set d's catalog aside as catalog.db.damaged-<time> (its -wal and -shm with it) and
+    write a new one holding the salvaged rows whose file is unchanged (same size and
+    mtime as recorded) and whose vector is whole; the rest is left for indexing to embed.
+    Call holding the writer lock."""
+    db = d / CATALOG_FILE
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    aside = d / f"{CATALOG_FILE}.damaged-{stamp}"
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = d / f"{CATALOG_FILE}.damaged-{stamp}-{n}"
+    try:
+        for suffix in ("", "-wal", "-shm"):
+            if (d / (CATALOG_FILE + suffix)).exists():
+                os.rename(d / (CATALOG_FILE + suffix), d / (aside.name + suffix))
+    except OSError as exc:
+        raise _cannot_write(d, exc) from None
+    got = salvage(aside)
+    dim = int(got.meta.get("dim", 0) or 0)
+    rows, vecs = _trusted(d, got.rows, dim, got.meta.get("vector_file"))
+    got.next_id = max(got.next_id, _highest_derived_id(d, dim) + 1)
+    catalog = Catalog(db)
+    try:
+        catalog.restore(got, rows, vecs)
+    finally:
+        catalog.close()
+    return Rebuilt(aside, len(got.rows), len(rows), got.unreadable_ids)
+
+
+def _trusted(
+    d: Path, rows: list[dict], dim: int, vector_file: str | None
+) -> tuple[list[dict], np.ndarray]:
+    """The salvaged rows worth keeping, and their vectors: the file is still there with the
+    size and mtime recorded (indexing then re-hashes it) and the vector is dim finite,
+    non-zero values (from vectors.f16 where the row kept it there)."""
+    if not dim:
+        return [], np.zeros((0, 0), np.float32)
+    keep, vecs = [], []
+    f16 = None
+    if vector_file and (d / VECTOR_FILE).is_file():
+        with contextlib.suppress(OSError, ValueError):
+            f16 = VectorFile(d / VECTOR_FILE, dim, readonly=True)
+    try:
+        for row in rows:
+            try:
+                st = os.stat(row["path"])
+            except OSError:
+                continue
+            if (st.st_size, st.st_mtime_ns) != (row["size"], row["mtime_ns"]):
+                continue
+            blob = row.pop("vector")
+            if len(blob) == dim * 4:
+                v = blob_to_vector(blob)
+            elif not blob and f16 is not None:
+                v = f16.read(np.array([row["id"]], np.int64))[0]
+            else:
+                continue
+            norm = float(np.linalg.norm(v))
+            if np.isfinite(norm) and norm > 1e-6:
+                keep.append(row)
+                vecs.append(v)
+    finally:
+        if f16 is not None:
+            f16.close()
+    return keep, np.array(vecs, np.float32).reshape(len(vecs), dim)
+
+
+def _highest_derived_id(d: Path, dim: int) -> int:
+    """The highest id vectors.faiss or vectors.f16 holds (0 if none can be read): ids of rows
+    lost with the damaged catalog, which a new image must never be given."""
+    top = 0
+    with contextlib.suppress(Exception):  # a damaged derived file just tells us nothing
+        on_disk = VectorIndex(d)
+        if on_disk.load() and on_disk.index is not None and on_disk.ntotal:
+            top = int(index_ids(on_disk.index).max())
+    f16 = d / VECTOR_FILE
+    if dim and f16.is_file():
+        top = max(top, f16.stat().st_size // (dim * 2))
+    return top
+
+
 def _take_lock(d: Path, wait: bool, on_wait: Callable[[str], object] | None) -> int:
     """The writer lock's fd; the lock file then records this PID for the next writer's message.
 
@@ -253,6 +354,10 @@ def _cannot_write(d: Path, exc: OSError) -> IndexError_:
 
 
 def _catalog_error(db: Path, exc: Exception, readonly: bool) -> IndexError_:
+    if isinstance(exc, IndexError_):
+        return exc
+    if is_damage(exc):
+        return damaged(db, exc)
     if readonly and (db.parent / (CATALOG_FILE + "-wal")).exists():
         return IndexError_(
             f"{db}: the index folder is read-only and holds an unfinished write-ahead log "

@@ -34,6 +34,18 @@ def register(cli: click.Group) -> None:
 @models_option
 @click.option("--hidden", is_flag=True, help="Also index hidden files and folders.")
 @click.option("--retry-skipped", is_flag=True, help="Try again files skipped in earlier runs.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Re-read and hash every file, not only those whose size or time changed "
+    "(changed content is re-embedded; nothing else is).",
+)
+@click.option(
+    "--rebuild-catalog",
+    is_flag=True,
+    help="Set a damaged catalog.db aside (kept as catalog.db.damaged-TIME) and build a new "
+    "one, reusing the vectors of unchanged files it can still read; implies --verify.",
+)
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="Decode threads.")
 @click.option("--threads", type=click.IntRange(1, 64), default=None, help="Model threads.")
 @click.option(
@@ -67,6 +79,8 @@ def index(
     models_dir,
     hidden,
     retry_skipped,
+    verify,
+    rebuild_catalog,
     workers,
     threads,
     no_draft,
@@ -97,7 +111,15 @@ def index(
         create=True,
         wait=wait,
         on_wait=lambda line: click.echo(line, err=True),
+        rebuild=rebuild_catalog,
     ) as store:
+        rebuilt = store.rebuilt
+        if rebuilt is not None and fmt != "json":
+            click.echo(
+                f"catalog set aside as {rebuilt.aside}; {rebuilt.salvaged} rows read back "
+                f"({rebuilt.unreadable} lost), {rebuilt.reused} of them kept (file unchanged)",
+                err=True,
+            )
         indexer = Indexer(store, tower, workers=workers, draft=not no_draft)
         with progress(quiet, fmt) as bar:
             stats = indexer.run(
@@ -106,16 +128,17 @@ def index(
                 retry_skipped=retry_skipped,
                 progress=bar.update,
                 on_total=bar.reset,
+                verify=verify or rebuilt is not None,
             )
         total = store.catalog.count_embedded()
         if watch and not stats.interrupted and not stats.bad_roots:
-            _report(stats, total, fmt)
+            _report(stats, total, fmt, rebuilt)
             _watch(indexer, [str(p) for p in paths], hidden, settle, fmt)
             return
-    _report(stats, total, fmt)
+    _report(stats, total, fmt, rebuilt)
 
 
-def _report(stats, total: int, fmt: str | None) -> None:
+def _report(stats, total: int, fmt: str | None, rebuilt=None) -> None:
     result = {
         "images": total,
         "embedded": stats.embedded,
@@ -135,6 +158,13 @@ def _report(stats, total: int, fmt: str | None) -> None:
         "changed_during_read": stats.unsettled,
         "photo_metadata_read": stats.photos,
     }
+    if rebuilt is not None:
+        result["rebuilt_catalog"] = {
+            "set_aside": str(rebuilt.aside),
+            "rows_salvaged": rebuilt.salvaged,
+            "rows_reused": rebuilt.reused,
+            "ids_unreadable": rebuilt.unreadable,
+        }
     if fmt == "json":
         echo_json(result)
     else:
