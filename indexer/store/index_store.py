@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,10 +22,22 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
-from wherein.indexer.store.catalog import Catalog, blob_to_vector, damaged, salvage
+from wherein.indexer.store.catalog import (
+    Catalog,
+    blob_to_vector,
+    damaged,
+    rebuild_hint,
+    salvage,
+)
 from wherein.indexer.store.vector_file import VECTOR_FILE, VectorFile
 from wherein.indexer.store.vectors import FAISS_FILE, SIDECAR_FILE, VectorIndex, index_ids
-from wherein.schemas.errors import IndexError_, IndexLocked, is_damage
+from wherein.schemas.errors import (
+    CatalogDamaged,
+    IndexError_,
+    IndexLocked,
+    is_damage,
+    storage_error,
+)
 
 CATALOG_FILE = "catalog.db"
 LOCK_FILE = "index.lock"
@@ -46,6 +59,8 @@ class CheckReport:
     ok: bool = True
     problems: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
+    to_repair: list[str] = field(default_factory=list)  # derived files a --repair would save
+    damaged: bool = False  # the catalog itself: nothing more could be checked (or counted)
 
     def fail(self, msg: str) -> None:
         self.ok = False
@@ -77,6 +92,7 @@ class IndexStore:
         wait: bool = False,
         on_wait: Callable[[str], object] | None = None,
         rebuild: bool = False,
+        read_only: bool = False,
     ) -> IndexStore:
         """Open an index; ``write`` takes the writer lock (IndexLocked if another process has it).
 
@@ -84,6 +100,9 @@ class IndexStore:
         one line saying who is waited for (and again if the holder changes).
         rebuild (with write): set the catalog aside (never deleted) and start a new one
         holding what could be salvaged from it (see ``rebuild_catalog``).
+        read_only (without write): open the catalog read-only, so that nothing (no -wal,
+        no -shm, no migration) is written; a reader falls back to it by itself when the
+        disk is too full for opening it otherwise.
         """
         d = Path(directory)
         db = d / CATALOG_FILE
@@ -97,12 +116,18 @@ class IndexStore:
             except OSError as exc:
                 raise _cannot_write(d, exc) from None
         lock_fd = _take_lock(d, wait, on_wait) if write else None
-        readonly = not write and db.is_file() and not os.access(d, os.W_OK)
+        if lock_fd is not None:
+            try:
+                _probe_folder(d)
+            except BaseException:
+                os.close(lock_fd)
+                raise
+        readonly = not write and db.is_file() and (read_only or not os.access(d, os.W_OK))
         rebuilt = None
         try:
             if rebuild and write and (db.exists() or db.is_symlink()):
                 rebuilt = rebuild_catalog(d)
-            catalog = Catalog(db, readonly=readonly, verify=write and rebuilt is None)
+            catalog = _open_catalog(db, readonly, verify=write and rebuilt is None)
         except Exception as exc:
             if lock_fd is not None:
                 os.close(lock_fd)
@@ -163,13 +188,27 @@ class IndexStore:
             sizes[name] = min(st.st_size, st.st_blocks * 512) if sparse else st.st_size
         return sizes
 
-    def check(self) -> CheckReport:
-        """Catalog and FAISS agree: same ids, same dimension, same vectors, same model."""
+    def check(self, repair: bool = False) -> CheckReport:
+        """Catalog and FAISS agree: same ids, same dimension, same vectors, same model.
+
+        Reads only, unless repair: FAISS behind the catalog (a run that never reached its
+        end) is then brought in line and saved; without it, the lag is compared in memory
+        and reported in ``to_repair`` (search catches up the same way on every open).
+        """
         rep = CheckReport()
         cat = self.catalog
-        integrity = cat.integrity_problem()
+        try:
+            integrity = cat.integrity_problem()
+        except CatalogDamaged as exc:
+            rep.fail(str(exc))
+            rep.damaged = True
+            return rep
         if integrity is not None:
-            rep.fail(f"catalog integrity: {integrity}")
+            rep.damaged = True
+            rep.fail(
+                f"catalog integrity: {integrity}; `{rebuild_hint(cat.path)}` sets it aside "
+                "and builds a new one"
+            )
             return rep
         orphans = cat.orphan_embeddings()
         if orphans:
@@ -178,12 +217,18 @@ class IndexStore:
         bad_dim = cat.misshapen_embeddings(dim)
         if cat.count_embedded() and bad_dim:
             rep.fail(f"{bad_dim} embeddings are not {dim}-dimensional")
-        note = self.ensure_vectors()
-        if note:
-            rep.repaired.append(f"vectors were behind the catalog; {note}")
-        # Re-read what is on disk, not what is in memory.
+        note = self.ensure_vectors(persist=repair)
         on_disk = VectorIndex(self.dir)
-        if cat.count_embedded() and not on_disk.load():
+        if note and repair:
+            rep.repaired.append(f"vectors were behind the catalog; {note}")
+        elif note:
+            rep.to_repair.append(
+                f"{FAISS_FILE} is behind the catalog ({note} in memory); "
+                f"`wherein status --repair --index {self.dir}` saves it"
+            )
+            on_disk = self.vectors  # what a search uses: the file plus its catch-up
+        # Re-read what is on disk, not what is in memory.
+        if cat.count_embedded() and on_disk is not self.vectors and not on_disk.load():
             rep.fail(f"{self.dir / FAISS_FILE}: missing or unreadable")
             return rep
         if on_disk.index is None:
@@ -223,6 +268,17 @@ class IndexStore:
         blank = int(np.sum(~np.isfinite(norms) | (norms < 1e-6)))
         if blank:
             rep.fail(f"{path}: {blank} of {len(sample)} sampled vectors are empty or not finite")
+
+
+def _open_catalog(db: Path, readonly: bool, verify: bool) -> Catalog:
+    try:
+        return Catalog(db, readonly=readonly, verify=verify)
+    except sqlite3.OperationalError as exc:
+        # A reader on a full disk: opening read-write wants to grow -wal/-shm (disk I/O
+        # error); read-only it needs neither. A writer must fail here, with the reason.
+        if verify or readonly or storage_error(exc) is None:
+            raise
+    return Catalog(db, readonly=True)
 
 
 def rebuild_catalog(d: Path) -> Rebuilt:
@@ -343,6 +399,26 @@ def _take_lock(d: Path, wait: bool, on_wait: Callable[[str], object] | None) -> 
         os.close(lock_fd)
         raise _cannot_write(d, exc) from None
     return lock_fd
+
+
+def _probe_folder(d: Path) -> None:
+    """Refuse a writer up front where the folder takes no new file although its files are
+    writable (a folder of mode 555, an immutable folder): SQLite would commit batches
+    into the existing catalog and -wal, then the run fail on vectors.faiss, which is
+    replaced by renaming a new file into the folder. os.access cannot tell (root passes
+    it): making a file can."""
+    probe = d / f".write-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except FileExistsError:  # a probe a killed process left: removing it proves as much
+        try:
+            os.unlink(probe)
+        except OSError as exc:
+            raise _cannot_write(d, exc) from None
+    except OSError as exc:
+        raise _cannot_write(d, exc) from None
 
 
 def _cannot_write(d: Path, exc: OSError) -> IndexError_:

@@ -242,29 +242,42 @@ def _watch(indexer, roots: list[str], hidden: bool, settle: float, fmt: str | No
 @click.command()
 @index_option
 @models_option
-@click.option("--check", is_flag=True, help="Verify catalog and vectors agree; exit 1 if not.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Verify catalog and vectors agree; exit 1 if not. Reads only (also on a full disk "
+    "or a read-only folder).",
+)
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="As --check, and save vectors.faiss where it is behind the catalog (takes the "
+    "writer lock).",
+)
 @json_option
 @friendly_errors
-def status(index_dir, models_dir, check, fmt):
+def status(index_dir, models_dir, check, repair, fmt):
     """Counts, model, index type and size, skipped files; whether --models matches the index."""
     from wherein.indexer import paths as P
     from wherein.indexer.store.index_store import IndexStore
     from wherein.indexer.store.status import index_status
-    from wherein.schemas.errors import IndexLocked
 
     d = P.index_dir(index_dir)
-    try:
-        store = IndexStore.open(d, write=check, load_vectors=check)
-    except IndexLocked:
-        if not check:
-            raise
-        store = IndexStore.open(d)  # a writer holds the lock: check read-only
+    check = check or repair
+    store = IndexStore.open(d, write=repair, load_vectors=check, read_only=not repair)
     with store:
-        report = store.check() if check else None
+        report = store.check(repair=repair) if check else None
+        if report is not None and report.damaged:
+            _damaged_report(d, report, fmt)  # no counts to show: they would read damaged pages
         info = index_status(store)
     info["models"] = _models_against_index(P.models_dir(models_dir), info.get("model_id"))
     if report is not None:
-        info["check"] = {"ok": report.ok, "problems": report.problems, "repaired": report.repaired}
+        info["check"] = {
+            "ok": report.ok,
+            "problems": report.problems,
+            "repaired": report.repaired,
+            "to_repair": report.to_repair,
+        }
     if fmt == "json":
         echo_json(info)
     else:
@@ -295,11 +308,23 @@ def status(index_dir, models_dir, check, fmt):
         if report is not None:
             for r in report.repaired:
                 click.echo(f"repaired   {r}")
+            for r in report.to_repair:
+                click.echo(f"to repair  {r}")
             for p in report.problems:
                 click.echo(f"PROBLEM    {p}", err=True)
             click.echo("check      " + ("ok" if report.ok else "FAILED"))
     if report is not None and not report.ok:
         sys.exit(1)
+
+
+def _damaged_report(d: Path, report, fmt: str) -> None:
+    if fmt == "json":
+        echo_json({"index": str(d), "check": {"ok": False, "problems": report.problems}})
+    else:
+        for p in report.problems:
+            click.echo(f"PROBLEM    {p}", err=True)
+        click.echo("check      FAILED")
+    sys.exit(1)
 
 
 def _models_against_index(root: Path, index_model_id: str | None) -> dict:

@@ -118,13 +118,16 @@ def test_status_check_passes_without_touching_the_vectors(v1):
     from wherein.search.cli import cli
 
     faiss_before = (v1 / "vectors.faiss").read_bytes()
+    catalog_before = (v1 / "catalog.db").read_bytes()
     res = CliRunner().invoke(cli, ["status", "--check", "--json", "--index", str(v1)])
     assert res.exit_code == 0, res.output
     info = json.loads(res.output)
-    assert info["check"] == {"ok": True, "problems": [], "repaired": []}
-    assert info["schema_version"] == SCHEMA_VERSION and info["images"] == 9
+    assert info["check"] == {"ok": True, "problems": [], "repaired": [], "to_repair": []}
+    # status reads only: the first release's layout as it is (the next writer migrates it).
+    assert info["schema_version"] == 1 and info["images"] == 9
     assert info["skipped_count"] == 1 and info["vectors_current"]
     assert (v1 / "vectors.faiss").read_bytes() == faiss_before  # nothing re-embedded or rebuilt
+    assert (v1 / "catalog.db").read_bytes() == catalog_before
 
 
 @pytest.mark.slow  # builds the stand-in models once per session
