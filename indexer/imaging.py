@@ -180,6 +180,8 @@ class Prepared:
     pixels: np.ndarray | None = None  # [3,224,224] float32; None when error is set
     error: str = ""
     photo: PhotoMeta | None = None  # EXIF from the same bytes (the index run stores it)
+    ctime_ns: int = 0  # with size and mtime, the state of the file read (0: not known)
+    inode: int = 0
 
 
 def prepare_for_siglip(data: bytes, draft: bool = JPEG_DRAFT, mtime_ns: int = 0) -> Prepared:

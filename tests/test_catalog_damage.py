@@ -23,6 +23,8 @@ from test_disk import fill, small_disk, wherein  # noqa: F401  (small_disk: a fi
 
 from wherein.search.cli import cli
 
+from conftest import draw_shape
+
 N_PHOTOS = 240  # enough rows that 60 KB in the middle leaves pages on either side intact
 
 
@@ -246,3 +248,19 @@ def test_index_refuses_a_folder_that_takes_no_new_file_before_writing(indexed, e
         assert code == 0, out
     finally:
         reader.close()
+
+
+# -- a file rewritten with its old size and mtime ------------------------------------------------
+def test_a_rewrite_that_keeps_size_and_mtime_is_picked_up(env, shapes):
+    first = index_json(str(shapes))
+    assert first["embedded"] == 6
+    green = shapes / "green.bmp"
+    st = green.stat()
+    draw_shape(green, "red")  # an uncompressed BMP of the same size: the same byte count
+    os.utime(green, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (green.stat().st_size, green.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+    again = index_json(str(shapes))
+    assert again["embedded"] == 1 and again["unchanged"] == 5, again
+    code, out = run("search", "red", "--paths", "-k", "3")
+    assert code == 0 and str(green) in out.split(), out

@@ -46,6 +46,16 @@ class Known(NamedTuple):
     mtime_ns: int
     sha256: str
     has_vector: bool
+    ctime_ns: int | None = None  # None: not recorded (a row from before they were)
+    inode: int | None = None
+
+    def same_state(self, f: FoundFile) -> bool:
+        """The file as found is the one this row was read from, by its stat."""
+        return (
+            (self.size, self.mtime_ns) == (f.size, f.mtime_ns)
+            and self.ctime_ns in (None, f.ctime_ns)
+            and self.inode in (None, f.inode)
+        )
 
 
 class SkipEntry(NamedTuple):
@@ -111,7 +121,7 @@ def plan(
     for f in found:
         row = known.get(f.path)
         if row is not None:
-            if not verify and row.has_vector and (row.size, row.mtime_ns) == (f.size, f.mtime_ns):
+            if not verify and row.has_vector and row.same_state(f):
                 unchanged.append(f.path)
             else:
                 todo.append(Work(f, row))

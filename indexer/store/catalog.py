@@ -393,6 +393,10 @@ class Catalog:
             # them as UTF-8 text, which CAST(? AS TEXT) matches (SQLite compares both
             # byte by byte, so equality and ranges work the same).
             self._p = "?" if migrations.paths_are_bytes(self._db) else "CAST(? AS TEXT)"
+            # A read-only catalog of an older release has no ctime_ns/inode: unknown there.
+            self._identity = (
+                "i.ctime_ns, i.inode" if migrations.has_file_identity(self._db) else "NULL, NULL"
+            )
             conn.execute("PRAGMA foreign_keys = ON")
             if self.get_meta("vector_file"):
                 self._open_vector_file()
@@ -598,16 +602,17 @@ class Catalog:
 
     def known_files(
         self, under: Sequence[str] | None = None
-    ) -> dict[str, tuple[int, int, int, str, bool]]:
-        """path -> (id, size, mtime_ns, sha256, has_embedding); with ``under`` (absolute
-        folders), only the paths that are one of them or below one of them."""
+    ) -> dict[str, tuple[int, int, int, str, bool, int | None, int | None]]:
+        """path -> (id, size, mtime_ns, sha256, has_embedding, ctime_ns, inode); with
+        ``under`` (absolute folders), only the paths that are one of them or below one of
+        them. ctime_ns and inode are None for rows written before they were recorded."""
         where, args = self._under("i.path", under)
         rows = self._conn.execute(
-            "SELECT i.path, i.id, i.size, i.mtime_ns, i.sha256, e.image_id IS NOT NULL "
-            f"FROM images i LEFT JOIN embeddings e ON e.image_id = i.id{where}",
+            "SELECT i.path, i.id, i.size, i.mtime_ns, i.sha256, e.image_id IS NOT NULL, "
+            f"{self._identity} FROM images i LEFT JOIN embeddings e ON e.image_id = i.id{where}",
             args,
         )
-        return {_path(r[0]): (r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
+        return {_path(r[0]): (r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7]) for r in rows}
 
     def embedded_with_hash(self, sha256: str) -> list[tuple[int, str]]:
         """(id, path) of the images with an embedding whose bytes hash to sha256, by id."""
@@ -719,12 +724,14 @@ class Catalog:
     # -- writes (call inside transaction()) --------------------------------
     def insert_image(self, record: dict, vector: np.ndarray | None) -> int:
         """A new row (record: path, size, mtime_ns, sha256, width, height, format,
-        indexed_at, model_id) and its embedding; clears a skip of that path. Returns its id."""
+        indexed_at, model_id, and optionally ctime_ns, inode) and its embedding; clears a
+        skip of that path. Returns its id."""
         key = _key(record["path"])
         cur = self._conn.execute(
-            "INSERT INTO images(path, size, mtime_ns, sha256, width, height, format, indexed_at, model_id) "
-            "VALUES (:key, :size, :mtime_ns, :sha256, :width, :height, :format, :indexed_at, :model_id)",
-            {**record, "key": key},
+            "INSERT INTO images(path, size, mtime_ns, sha256, width, height, format, indexed_at, "
+            "model_id, ctime_ns, inode) VALUES (:key, :size, :mtime_ns, :sha256, :width, "
+            ":height, :format, :indexed_at, :model_id, :ctime_ns, :inode)",
+            {"ctime_ns": None, "inode": None, **record, "key": key},
         )
         assert cur.lastrowid is not None
         image_id = int(cur.lastrowid)
@@ -784,7 +791,15 @@ class Catalog:
             (image_id, vector_to_blob(vector)),
         )
 
-    def relink(self, image_id: int, path: str, size: int, mtime_ns: int) -> None:
+    def relink(
+        self,
+        image_id: int,
+        path: str,
+        size: int,
+        mtime_ns: int,
+        ctime_ns: int | None = None,
+        inode: int | None = None,
+    ) -> None:
         """The file moved (same content): the row keeps its id and vector under the new path."""
         key = _key(path)
         gone = self._conn.execute(
@@ -792,14 +807,24 @@ class Catalog:
         ).fetchall()
         self._doom(r[0] for r in gone)
         self._conn.execute(
-            "UPDATE images SET path = ?, size = ?, mtime_ns = ? WHERE id = ?",
-            (key, size, mtime_ns, image_id),
+            "UPDATE images SET path = ?, size = ?, mtime_ns = ?, ctime_ns = ?, inode = ? "
+            "WHERE id = ?",
+            (key, size, mtime_ns, ctime_ns, inode, image_id),
         )
         self._conn.execute("DELETE FROM skipped WHERE path = ?", (key,))
 
-    def touch(self, image_id: int, size: int, mtime_ns: int) -> None:
+    def touch(
+        self,
+        image_id: int,
+        size: int,
+        mtime_ns: int,
+        ctime_ns: int | None = None,
+        inode: int | None = None,
+    ) -> None:
+        """The file's bytes are the row's: only its recorded state (stat) changes."""
         self._conn.execute(
-            "UPDATE images SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, image_id)
+            "UPDATE images SET size = ?, mtime_ns = ?, ctime_ns = ?, inode = ? WHERE id = ?",
+            (size, mtime_ns, ctime_ns, inode, image_id),
         )
 
     def delete_images(self, ids: Iterable[int]) -> int:
