@@ -36,8 +36,9 @@ def _read_all(f: BinaryIO) -> bytes:
     return f.read()
 
 
-def read_whole(path: str) -> tuple[bytes, os.stat_result]:
-    """(bytes, stat) of one consistent version of the file; size is len(bytes).
+def read_whole(path: str) -> tuple[bytes, int, tuple[int, int]]:
+    """(bytes, mtime_ns, (ctime_ns, inode)) of one consistent version of the file; size is
+    len(bytes).
 
     Raises OSError when it cannot be read, _Changed when it changed during the read.
     """
@@ -51,13 +52,13 @@ def read_whole(path: str) -> tuple[bytes, os.stat_result]:
         raise _Changed("size changed while being read")
     if after.st_nlink == 0:
         raise _Changed("deleted while being read")
-    return data, after
+    return data, after.st_mtime_ns, (after.st_ctime_ns, after.st_ino)
 
 
 def load_file(found: FoundFile, draft: bool = JPEG_DRAFT) -> Prepared | Unsettled:
     """Read, hash, decode and preprocess one walked file (runs in a decode thread)."""
     try:
-        data, st = read_whole(found.path)
+        data, mtime_ns, identity = read_whole(found.path)
     except FileNotFoundError:
         return Unsettled("vanished before it was read")
     except _Changed as exc:
@@ -65,9 +66,9 @@ def load_file(found: FoundFile, draft: bool = JPEG_DRAFT) -> Prepared | Unsettle
     except OSError as exc:
         # Unopenable: the walk's stat is all there is, and it is what the next run compares.
         return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
-    prepared = prepare_for_siglip(data, draft, st.st_mtime_ns)
-    prepared.ctime_ns, prepared.inode = st.st_ctime_ns, st.st_ino
+    prepared = prepare_for_siglip(data, draft, mtime_ns)
     if not prepared.error:
         # From the bytes in hand: the metadata pass after the run never reopens this file.
         prepared.photo = photo_meta_from_bytes(data)
+    prepared.ctime_ns, prepared.inode = identity
     return prepared
