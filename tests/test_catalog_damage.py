@@ -269,3 +269,22 @@ def test_a_rewrite_that_keeps_size_and_mtime_is_picked_up(env, shapes):
     assert again["embedded"] == 1 and again["unchanged"] == 5, again
     code, out = run("search", "red", "--paths", "-k", "3")
     assert code == 0 and str(green) in out.split(), out
+
+
+def test_rebuild_never_leaves_vectors_faiss_current_with_lost_rows(env, shapes):
+    """A lost row whose file is gone too: nothing of the run touches FAISS, so only the new
+    catalog's generation can tell that vectors.faiss holds a row the catalog lost."""
+    index_json(str(shapes))
+    index = env["index"]
+    gen = json.loads((index / "vectors.json").read_text())["generation"]
+    conn = sqlite3.connect(index / "catalog.db")
+    with conn:  # as a salvage may find it: an older generation, one row gone
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'generation'", (str(gen - 1),))
+        (lost,) = conn.execute("SELECT path FROM images ORDER BY id LIMIT 1").fetchone()
+        conn.execute("DELETE FROM images WHERE path = ?", (lost,))
+    conn.close()
+    Path(os.fsdecode(lost)).unlink()
+    out = index_json(str(shapes), "--rebuild-catalog")
+    assert out["images"] == 5 and out["embedded"] == 0, out
+    code, status = run("status", "--check", "--json")
+    assert code == 0 and json.loads(status)["check"]["ok"], status

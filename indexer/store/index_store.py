@@ -303,6 +303,13 @@ def rebuild_catalog(d: Path) -> Rebuilt:
     dim = int(got.meta.get("dim", 0) or 0)
     rows, vecs = _trusted(d, got.rows, dim, got.meta.get("vector_file"))
     got.next_id = max(got.next_id, _highest_derived_id(d, dim) + 1)
+    # Past the generation vectors.faiss records, whatever the salvage found: the file must
+    # never pass for current with the rows lost in it.
+    side = VectorIndex(d).sidecar() or {}
+    with contextlib.suppress(TypeError, ValueError):
+        got.meta["generation"] = max(
+            int(got.meta.get("generation", 0) or 0), int(side.get("generation", 0) or 0)
+        )
     catalog = Catalog(db)
     try:
         catalog.restore(got, rows, vecs)
