@@ -215,6 +215,8 @@ class Prepared:
     pixels: np.ndarray | None = None  # [3,size,size] float32 (model_input); None on error
     error: str = ""
     photo: PhotoMeta | None = None  # EXIF from the same bytes (the index run stores it)
+    ctime_ns: int = 0  # with size and mtime, the state of the file read (0: not known)
+    inode: int = 0
 
 
 def prepare(data: bytes, spec: ImageInput, draft: bool = JPEG_DRAFT, mtime_ns: int = 0) -> Prepared:

@@ -51,6 +51,26 @@ class IndexLocked(IndexError_):
         )
 
 
+class CatalogDamaged(IndexError_):
+    """The catalog file is damaged, or is not a wherein catalog: it is read no further and
+    nothing is written into it (the message names the file and the way back)."""
+
+
+# SQLITE_CORRUPT and SQLITE_NOTADB (primary codes; extended codes keep them in the low byte).
+_DAMAGE_CODES = {11, 26}
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether SQLite says the file itself is broken (a malformed page, not a database)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _DAMAGE_CODES
+    text = str(exc)
+    return "malformed" in text or "not a database" in text
+
+
 class StorageError(IndexError_):
     """The disk refused a write: full, a file-size limit, read-only, or no permission."""
 

@@ -104,11 +104,12 @@ def test_vectors_file_past_size_limit_keeps_old_file(env, photos):
     faiss_file = index / "vectors.faiss"
     before = faiss_file.read_bytes()
     (index / "vectors.json").unlink()  # vectors must be rebuilt and saved by the next check
-    failed = wherein("status", "--check", "--index", str(index), fsize=len(before) // 2)
+    failed = wherein("status", "--repair", "--index", str(index), fsize=len(before) // 2)
     line = one_error_line(failed)
     assert "vectors.faiss" in line and "File too large" in line
     assert faiss_file.read_bytes() == before and leftovers(index) == []
-    assert check_ok(index)["vectors_in_faiss"] == N_PHOTOS  # repaired once the limit is gone
+    assert wherein("status", "--repair", "--index", str(index)).returncode == 0  # the limit gone
+    assert check_ok(index)["vectors_in_faiss"] == N_PHOTOS
 
 
 # -- a full disk (root: a small tmpfs) --------------------------------------------------------

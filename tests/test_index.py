@@ -458,13 +458,19 @@ def test_status_without_index_is_clear_error(env):
     assert code == 1 and "no wherein index" in out
 
 
-def test_check_detects_and_repairs_stale_vectors(env, shapes):
+def test_check_reports_stale_vectors_and_repair_saves_them(env, shapes):
     index_json(shapes)
     # Simulate a crash after a catalog commit but before the vectors were saved.
     (env["index"] / "vectors.faiss").unlink()
-    status = status_json(check=True)
-    assert status["check"]["ok"] and status["check"]["repaired"]
+    status = status_json(check=True)  # reads only: says what --repair would do
+    assert status["check"]["ok"] and not status["check"]["repaired"]
+    assert "status --repair" in status["check"]["to_repair"][0]
+    assert not (env["index"] / "vectors.faiss").exists()
+    code, out = run_cli("status", "--repair", "--json")
+    assert code == 0, out
+    assert json.loads(out[out.index("{") :])["check"]["repaired"]
     assert (env["index"] / "vectors.faiss").exists()
+    assert not status_json(check=True)["check"]["to_repair"]
 
 
 def test_check_fails_on_inconsistency(env, shapes):

@@ -44,7 +44,14 @@ def record(path: str, p: Prepared, model_id: str, now: str) -> dict:
         "format": Path(path).suffix.lower().lstrip("."),
         "indexed_at": now,
         "model_id": model_id,
+        "ctime_ns": _identity(p)[0],
+        "inode": _identity(p)[1],
     }
+
+
+def _identity(p: Prepared) -> tuple[int | None, int | None]:
+    """(ctime_ns, inode) of the file state read, None where not known."""
+    return p.ctime_ns or None, p.inode or None
 
 
 def photo_row(image_id: int, p: Prepared) -> dict | None:
@@ -77,9 +84,9 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
                 changed = True
             image_id: int | None = None
             if d.kind is Kind.TOUCH:
-                cat.touch(image_id := d.named_row, p.size, p.mtime_ns)
+                cat.touch(image_id := d.named_row, p.size, p.mtime_ns, *_identity(p))
             elif d.kind is Kind.MOVE:
-                cat.relink(image_id := d.named_row, path, p.size, p.mtime_ns)
+                cat.relink(image_id := d.named_row, path, p.size, p.mtime_ns, *_identity(p))
             elif d.kind is Kind.SKIP:
                 cat.record_skip(path, d.reason, p.size, p.mtime_ns, now)
             else:

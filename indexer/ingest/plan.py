@@ -46,6 +46,16 @@ class Known(NamedTuple):
     mtime_ns: int
     sha256: str
     has_vector: bool
+    ctime_ns: int | None = None  # None: not recorded (a row from before they were)
+    inode: int | None = None
+
+    def same_state(self, f: FoundFile) -> bool:
+        """The file as found is the one this row was read from, by its stat."""
+        return (
+            (self.size, self.mtime_ns) == (f.size, f.mtime_ns)
+            and self.ctime_ns in (None, f.ctime_ns)
+            and self.inode in (None, f.inode)
+        )
 
 
 class SkipEntry(NamedTuple):
@@ -93,6 +103,7 @@ def plan(
     unreadable: Sequence[str] = (),
     retry_skipped: bool = False,
     outside_donor: Callable[[str], int | None] = no_donor,
+    verify: bool = False,
 ) -> Plan:
     """Stage 1: the stat-level plan.
 
@@ -100,7 +111,9 @@ def plan(
     not read (missing roots, folders without permission), under which nothing is
     considered gone. known and skipped need only hold the rows under roots (more
     is harmless); outside_donor(sha) names an embedded row outside them with those
-    bytes, if the caller did not pass every row in known.
+    bytes, if the caller did not pass every row in known. verify: no file is taken as
+    unchanged on its stat alone; each is read and hashed (route() then touches a row whose
+    bytes are the same, and re-embeds one whose bytes changed).
     """
     unchanged: list[str] = []
     skipped_known: list[str] = []
@@ -108,7 +121,7 @@ def plan(
     for f in found:
         row = known.get(f.path)
         if row is not None:
-            if row.has_vector and (row.size, row.mtime_ns) == (f.size, f.mtime_ns):
+            if not verify and row.has_vector and row.same_state(f):
                 unchanged.append(f.path)
             else:
                 todo.append(Work(f, row))

@@ -37,8 +37,9 @@ def _read_all(f: BinaryIO) -> bytes:
     return f.read()
 
 
-def read_whole(path: str) -> tuple[bytes, int]:
-    """(bytes, mtime_ns) of one consistent version of the file; size is len(bytes).
+def read_whole(path: str) -> tuple[bytes, int, tuple[int, int]]:
+    """(bytes, mtime_ns, (ctime_ns, inode)) of one consistent version of the file; size is
+    len(bytes).
 
     Raises OSError when it cannot be read, _Changed when it changed during the read.
     """
@@ -52,13 +53,13 @@ def read_whole(path: str) -> tuple[bytes, int]:
         raise _Changed("size changed while being read")
     if after.st_nlink == 0:
         raise _Changed("deleted while being read")
-    return data, after.st_mtime_ns
+    return data, after.st_mtime_ns, (after.st_ctime_ns, after.st_ino)
 
 
 def load_file(found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT) -> Prepared | Unsettled:
     """Read, hash, decode and preprocess one walked file (runs in a decode thread)."""
     try:
-        data, mtime_ns = read_whole(found.path)
+        data, mtime_ns, identity = read_whole(found.path)
     except FileNotFoundError:
         return Unsettled("vanished before it was read")
     except _Changed as exc:
@@ -70,4 +71,5 @@ def load_file(found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT) -> P
     if not prepared.error:
         # From the bytes in hand: the metadata pass after the run never reopens this file.
         prepared.photo = photo_meta_from_bytes(data)
+    prepared.ctime_ns, prepared.inode = identity
     return prepared

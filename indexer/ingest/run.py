@@ -200,10 +200,12 @@ class Indexer:
         on_total: Callable[[int], None] | None = None,
         retry_skipped: bool = False,
         persist_vectors: bool = True,
+        verify: bool = False,
     ) -> RunStats:
         """One incremental run over roots. persist_vectors=False leaves the FAISS file for
         later (a watch saves it now and then): the catalog is the truth, and readers and
-        the next open catch up from it by id difference."""
+        the next open catch up from it by id difference. verify: re-hash every file, not
+        only those whose stat changed (a file rewritten with its old size and mtime)."""
         stats = RunStats()
         t0 = time.perf_counter()
         cat = self.store.catalog
@@ -219,6 +221,7 @@ class Indexer:
             unreadable=[pr.path for pr in stats.problems],
             retry_skipped=retry_skipped,
             outside_donor=donor_outside(cat, abs_roots),
+            verify=verify,
         )
         stats.unchanged, stats.skipped_known = len(p.unchanged), len(p.skipped_known)
         if on_total:

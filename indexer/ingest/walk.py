@@ -21,6 +21,10 @@ class FoundFile:
     path: str  # absolute, as the user reaches it (symlinks in the path kept)
     size: int
     mtime_ns: int
+    # A rewrite that keeps size and mtime (a tool restoring the old time) still moves
+    # ctime, and a file replaced by another one (a rename over it) has another inode.
+    ctime_ns: int = 0
+    inode: int = 0
 
 
 @dataclass
@@ -56,7 +60,7 @@ def walk(
                     problems.append(WalkProblem(root, NOT_INDEXABLE, ignored=True))
             elif root not in seen_files:
                 seen_files.add(root)
-                yield FoundFile(root, st.st_size, st.st_mtime_ns)
+                yield FoundFile(root, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
             continue
         yield from _walk_dir(root, include_hidden, seen_dirs, seen_files, problems)
 
@@ -98,7 +102,9 @@ def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[
                         continue
                     seen_files.add(e.path)
                     est = e.stat(follow_symlinks=True)
-                    yield FoundFile(e.path, est.st_size, est.st_mtime_ns)
+                    yield FoundFile(
+                        e.path, est.st_size, est.st_mtime_ns, est.st_ctime_ns, est.st_ino
+                    )
             except OSError as exc:
                 _note(problems, e.path, exc)
         stack.extend(reversed(subdirs))

@@ -30,10 +30,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +43,7 @@ import sqlite_utils
 
 from wherein.indexer.store import migrations
 from wherein.indexer.store.vector_file import VECTOR_FILE, VectorFile
-from wherein.schemas.errors import IndexError_
+from wherein.schemas.errors import CatalogDamaged, IndexError_, is_damage
 
 SCHEMA_VERSION = migrations.SCHEMA_VERSION
 _CHUNK = 500  # ids per IN (...) list: far below SQLite's variable limit
@@ -114,6 +116,95 @@ def _marks(chunk: Sequence) -> str:
     return ",".join("?" * len(chunk))
 
 
+def rebuild_hint(path: Path) -> str:
+    """The one command that sets a damaged catalog aside and builds a new one."""
+    return f"wherein index PATHS --index {path.parent} --rebuild-catalog"
+
+
+def damaged(path: Path, exc: BaseException | str) -> CatalogDamaged:
+    """The one-line error for a catalog SQLite cannot read: the file and the way back."""
+    code = getattr(exc, "sqlite_errorcode", 0) or 0
+    if code & 0xFF == sqlite3.SQLITE_NOTADB or "not a database" in str(exc):
+        what = "is not a SQLite database (a damaged catalog, or some other file)"
+        back = (
+            f"if it was this index's catalog, `{rebuild_hint(path)}` sets it aside and builds "
+            "a new one; else use another --index"
+        )
+    else:
+        what = f"is damaged ({exc})"
+        back = (
+            f"`{rebuild_hint(path)}` sets it aside and builds a new one, "
+            "reusing the vectors it can still read"
+        )
+    return CatalogDamaged(f"{path}: the catalog {what}; nothing was written to it. {back}")
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor whose damage errors name the catalog (see _Connection)."""
+
+    connection: _Connection
+
+    def execute(self, sql: str, parameters=(), /):
+        with self.connection.named():
+            return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq, /):
+        with self.connection.named():
+            return super().executemany(sql, seq)
+
+    def __next__(self):
+        with self.connection.named():
+            return super().__next__()
+
+    def fetchone(self):
+        with self.connection.named():
+            return super().fetchone()
+
+    def fetchmany(self, size: int | None = None):
+        with self.connection.named():
+            return super().fetchmany(self.arraysize if size is None else size)
+
+    def fetchall(self):
+        with self.connection.named():
+            return super().fetchall()
+
+
+class _Connection(sqlite3.Connection):
+    """Every statement and every row read turns SQLite's "database disk image is malformed"
+    into CatalogDamaged naming the file and the way back, wherever in the code it is hit
+    (a damaged page shows only when a query reaches it)."""
+
+    db_path: Path = Path("catalog.db")
+
+    @contextmanager
+    def named(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if is_damage(exc):
+                raise damaged(self.db_path, exc) from exc
+            raise
+
+    def cursor(self, factory=_Cursor):
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters=(), /):
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq, /):
+        return self.cursor().executemany(sql, seq)
+
+    def commit(self) -> None:
+        with self.named():
+            super().commit()
+
+
+def _connect(target: str, path: Path, uri: bool = False) -> _Connection:
+    conn = sqlite3.connect(target, uri=uri, check_same_thread=False, factory=_Connection)
+    conn.db_path = path
+    return conn
+
+
 def _connect_readonly(path: Path) -> sqlite3.Connection:
     """A read-only connection, also in a read-only folder (a read-only mount, a DVD).
 
@@ -121,26 +212,163 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     the write-ahead log is empty (every commit checkpointed) the database file alone
     is the whole index, and SQLite may read it as immutable.
     """
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    conn = _connect(f"file:{_uri_path(path)}?mode=ro", path, uri=True)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as exc:
         conn.close()
         wal = path.with_name(path.name + "-wal")
-        if os.access(path.parent, os.W_OK) or (wal.exists() and wal.stat().st_size):
+        if wal.exists() and wal.stat().st_size:
             raise
-    return sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False)
+        # No -shm to be had: the folder is read-only, or the disk is too full to make one.
+        if (
+            os.access(path.parent, os.W_OK)
+            and "disk I/O" not in str(exc)
+            and "full" not in str(exc)
+        ):
+            raise
+    return _connect(f"file:{_uri_path(path)}?immutable=1", path, uri=True)
+
+
+def _uri_path(path: Path) -> str:
+    """path in a file: URI (a '?' or '#' in a folder name would end the path there)."""
+    return re.sub(r"[?#%]", lambda m: f"%{ord(m.group()):02X}", str(path))
+
+
+def _refuse_foreign(conn: sqlite3.Connection, path: Path) -> None:
+    """A SQLite file with tables, but not a catalog's: never taken for one, never written.
+
+    A database without any table holds nothing (a catalog created and never committed)."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables and not {"images", "meta"} <= tables:
+        shown = ", ".join(sorted(tables)[:4])
+        raise CatalogDamaged(
+            f"{path}: not a wherein catalog (a SQLite database with tables {shown}); "
+            "nothing was written to it: use another --index"
+        )
+
+
+def _refuse_empty(path: Path) -> None:
+    """A 0-byte catalog.db is a lost catalog (truncated), not a new one: SQLite would take
+    it for an empty database, and the next write would start an empty index over it."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return
+    if size == 0:
+        raise CatalogDamaged(
+            f"{path}: the catalog is an empty file (0 bytes: truncated or lost); nothing was "
+            f"written to it. `{rebuild_hint(path)}` sets it aside and builds a new one"
+        )
+
+
+# -- salvage (index --rebuild-catalog) -----------------------------------------------
+_SALVAGE_STEP = 256  # ids per range read; a range a damaged page breaks is halved down to one id
+
+
+@dataclass
+class Salvaged:
+    """What a damaged catalog still gives: image rows (each with its "vector" blob, b"" for
+    a row of the vector file), the meta settings, and the smallest id it never handed out."""
+
+    rows: list[dict] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+    next_id: int = 1
+    unreadable_ids: int = 0  # ids in ranges no read got through
+
+
+def salvage(path: Path) -> Salvaged:
+    """Read what can be read from a damaged catalog (read-only; a damaged page costs only
+    the rows on it): rows by rowid range, halving a range that fails down to single ids."""
+    out = Salvaged()
+    wal = path.with_name(path.name + "-wal")
+    # immutable: nothing else writes a set-aside file, and SQLite then makes no -shm beside it
+    mode = "mode=ro" if wal.exists() and wal.stat().st_size else "immutable=1"
+    try:
+        conn = sqlite3.connect(f"file:{_uri_path(path)}?{mode}", uri=True)
+    except sqlite3.Error:
+        return out
+    with contextlib.closing(conn):
+        tops = [
+            _salvage_one(conn, sql)
+            for sql in (
+                "SELECT max(id) FROM images",
+                "SELECT max(image_id) FROM embeddings",
+                "SELECT seq FROM sqlite_sequence WHERE name = 'images'",
+            )
+        ]
+        top = max([t for t in tops if isinstance(t, int)], default=0)
+        out.next_id = top + 1
+        meta_top = _salvage_one(conn, "SELECT max(rowid) FROM meta")
+        meta_rows, _ = _salvage_ranges(
+            conn, "SELECT key, value FROM meta WHERE rowid BETWEEN ? AND ?", meta_top or 64
+        )
+        for key, value in meta_rows:
+            with contextlib.suppress(TypeError, ValueError):
+                out.meta[str(key)] = json.loads(value)
+        vector_rows, _ = _salvage_ranges(
+            conn, "SELECT image_id, vector FROM embeddings WHERE image_id BETWEEN ? AND ?", top
+        )
+        vectors = dict(vector_rows)
+        image_rows, out.unreadable_ids = _salvage_ranges(
+            conn, f"{_SELECT_IMAGES} WHERE id BETWEEN ? AND ?", top
+        )
+        seen: set = set()
+        for row in image_rows:
+            rec = dict(zip(_IMAGE_COLUMNS, row))
+            ok = (
+                isinstance(rec["id"], int)
+                and isinstance(rec["path"], bytes | str)
+                and isinstance(rec["size"], int)
+                and isinstance(rec["mtime_ns"], int)
+                and isinstance(rec["sha256"], str)
+                and re.fullmatch(r"[0-9a-f]{64}", rec["sha256"]) is not None
+                and isinstance(vectors.get(rec["id"]), bytes)
+                and rec["path"] not in seen
+            )
+            if ok:
+                seen.add(rec["path"])
+                out.rows.append({**rec, "path": _path(rec["path"]), "vector": vectors[rec["id"]]})
+    return out
+
+
+def _salvage_one(conn: sqlite3.Connection, sql: str):
+    try:
+        row = conn.execute(sql).fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    return row[0] if row else None
+
+
+def _salvage_ranges(conn: sqlite3.Connection, sql: str, top: int) -> tuple[list, int]:
+    """The rows of sql (bound to an id range) over ids 1..top, and how many ids no read
+    got through."""
+    rows, lost = [], 0
+    todo = [(lo, min(lo + _SALVAGE_STEP - 1, top)) for lo in range(1, top + 1, _SALVAGE_STEP)]
+    while todo:
+        lo, hi = todo.pop()
+        try:
+            rows += conn.execute(sql, (lo, hi)).fetchall()
+        except sqlite3.DatabaseError:
+            if lo == hi:
+                lost += 1
+            else:
+                mid = (lo + hi) // 2
+                todo += [(mid + 1, hi), (lo, mid)]
+    return rows, lost
 
 
 class Catalog:
-    def __init__(self, path: Path, readonly: bool = False) -> None:
+    def __init__(self, path: Path, readonly: bool = False, verify: bool = False) -> None:
+        """verify: check every page (PRAGMA quick_check) before anything is written, so a
+        damaged catalog is refused before a run writes into it (about 0.7 s per 100k rows)."""
         self.path = path
         self.readonly = readonly
-        if readonly:
-            conn = _connect_readonly(path)
-        else:
-            conn = sqlite3.connect(str(path), check_same_thread=False)
+        _refuse_empty(path)
+        conn: sqlite3.Connection = (
+            _connect_readonly(path) if readonly else _connect(str(path), path)
+        )
         self._conn = conn
         self._depth = 0  # nesting of transaction()
         self._vfile: VectorFile | None = None  # float16 vectors beside the catalog, if it has one
@@ -151,6 +379,9 @@ class Catalog:
         self.migrated: list[str] = []  # steps this open applied
         try:
             conn.execute("PRAGMA busy_timeout = 10000")
+            _refuse_foreign(conn, path)
+            if verify and (problem := self.soundness_problem()) is not None:
+                raise damaged(path, problem)
             self._db = sqlite_utils.Database(conn, execute_plugins=False)
             if not readonly:
                 # WAL: readers (search, status) never block the indexer; FULL: a committed
@@ -162,6 +393,10 @@ class Catalog:
             # them as UTF-8 text, which CAST(? AS TEXT) matches (SQLite compares both
             # byte by byte, so equality and ranges work the same).
             self._p = "?" if migrations.paths_are_bytes(self._db) else "CAST(? AS TEXT)"
+            # A read-only catalog of an older release has no ctime_ns/inode: unknown there.
+            self._identity = (
+                "i.ctime_ns, i.inode" if migrations.has_file_identity(self._db) else "NULL, NULL"
+            )
             conn.execute("PRAGMA foreign_keys = ON")
             if self.get_meta("vector_file"):
                 self._open_vector_file()
@@ -367,16 +602,17 @@ class Catalog:
 
     def known_files(
         self, under: Sequence[str] | None = None
-    ) -> dict[str, tuple[int, int, int, str, bool]]:
-        """path -> (id, size, mtime_ns, sha256, has_embedding); with ``under`` (absolute
-        folders), only the paths that are one of them or below one of them."""
+    ) -> dict[str, tuple[int, int, int, str, bool, int | None, int | None]]:
+        """path -> (id, size, mtime_ns, sha256, has_embedding, ctime_ns, inode); with
+        ``under`` (absolute folders), only the paths that are one of them or below one of
+        them. ctime_ns and inode are None for rows written before they were recorded."""
         where, args = self._under("i.path", under)
         rows = self._conn.execute(
-            "SELECT i.path, i.id, i.size, i.mtime_ns, i.sha256, e.image_id IS NOT NULL "
-            f"FROM images i LEFT JOIN embeddings e ON e.image_id = i.id{where}",
+            "SELECT i.path, i.id, i.size, i.mtime_ns, i.sha256, e.image_id IS NOT NULL, "
+            f"{self._identity} FROM images i LEFT JOIN embeddings e ON e.image_id = i.id{where}",
             args,
         )
-        return {_path(r[0]): (r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
+        return {_path(r[0]): (r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7]) for r in rows}
 
     def embedded_with_hash(self, sha256: str) -> list[tuple[int, str]]:
         """(id, path) of the images with an embedding whose bytes hash to sha256, by id."""
@@ -488,12 +724,14 @@ class Catalog:
     # -- writes (call inside transaction()) --------------------------------
     def insert_image(self, record: dict, vector: np.ndarray | None) -> int:
         """A new row (record: path, size, mtime_ns, sha256, width, height, format,
-        indexed_at, model_id) and its embedding; clears a skip of that path. Returns its id."""
+        indexed_at, model_id, and optionally ctime_ns, inode) and its embedding; clears a
+        skip of that path. Returns its id."""
         key = _key(record["path"])
         cur = self._conn.execute(
-            "INSERT INTO images(path, size, mtime_ns, sha256, width, height, format, indexed_at, model_id) "
-            "VALUES (:key, :size, :mtime_ns, :sha256, :width, :height, :format, :indexed_at, :model_id)",
-            {**record, "key": key},
+            "INSERT INTO images(path, size, mtime_ns, sha256, width, height, format, indexed_at, "
+            "model_id, ctime_ns, inode) VALUES (:key, :size, :mtime_ns, :sha256, :width, "
+            ":height, :format, :indexed_at, :model_id, :ctime_ns, :inode)",
+            {"ctime_ns": None, "inode": None, **record, "key": key},
         )
         assert cur.lastrowid is not None
         image_id = int(cur.lastrowid)
@@ -526,6 +764,25 @@ class Catalog:
             ((int(r["id"]), vector_to_blob(v)) for r, v in zip(records, vectors, strict=True)),
         )
 
+    def restore(self, salvaged: Salvaged, rows: Sequence[dict], vectors: np.ndarray) -> None:
+        """Fill a new, empty catalog from a damaged one's salvage: its settings (model, dim),
+        these rows with their ids and vectors, and an id counter past every id the old
+        catalog (or FAISS) may have handed out, so no id ever names two images."""
+        with self.transaction():
+            for key in ("model_id", "space", "dim", "model_file"):
+                if key in salvaged.meta:
+                    self.set_meta(key, salvaged.meta[key])
+            self.set_meta("generation", int(salvaged.meta.get("generation", 0) or 0) + 1)
+            if len(rows):
+                self.insert_images(rows, vectors)
+            seq = max(salvaged.next_id - 1, self.max_image_id())
+            if not self._conn.execute(
+                "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'images'", (seq,)
+            ).rowcount:
+                self._conn.execute(
+                    "INSERT INTO sqlite_sequence(name, seq) VALUES ('images', ?)", (seq,)
+                )
+
     def set_embedding(self, image_id: int, vector: np.ndarray) -> None:
         self._doom([image_id])  # a float32 blob from now on: a file row it had is dead
         self._conn.execute(
@@ -534,7 +791,15 @@ class Catalog:
             (image_id, vector_to_blob(vector)),
         )
 
-    def relink(self, image_id: int, path: str, size: int, mtime_ns: int) -> None:
+    def relink(
+        self,
+        image_id: int,
+        path: str,
+        size: int,
+        mtime_ns: int,
+        ctime_ns: int | None = None,
+        inode: int | None = None,
+    ) -> None:
         """The file moved (same content): the row keeps its id and vector under the new path."""
         key = _key(path)
         gone = self._conn.execute(
@@ -542,14 +807,24 @@ class Catalog:
         ).fetchall()
         self._doom(r[0] for r in gone)
         self._conn.execute(
-            "UPDATE images SET path = ?, size = ?, mtime_ns = ? WHERE id = ?",
-            (key, size, mtime_ns, image_id),
+            "UPDATE images SET path = ?, size = ?, mtime_ns = ?, ctime_ns = ?, inode = ? "
+            "WHERE id = ?",
+            (key, size, mtime_ns, ctime_ns, inode, image_id),
         )
         self._conn.execute("DELETE FROM skipped WHERE path = ?", (key,))
 
-    def touch(self, image_id: int, size: int, mtime_ns: int) -> None:
+    def touch(
+        self,
+        image_id: int,
+        size: int,
+        mtime_ns: int,
+        ctime_ns: int | None = None,
+        inode: int | None = None,
+    ) -> None:
+        """The file's bytes are the row's: only its recorded state (stat) changes."""
         self._conn.execute(
-            "UPDATE images SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, image_id)
+            "UPDATE images SET size = ?, mtime_ns = ?, ctime_ns = ?, inode = ? WHERE id = ?",
+            (size, mtime_ns, ctime_ns, inode, image_id),
         )
 
     def delete_images(self, ids: Iterable[int]) -> int:
@@ -761,6 +1036,12 @@ class Catalog:
         return [(int(r[0]), r[1], r[2]) for r in self._conn.execute(sql, args)]
 
     # -- health (status --check) ------------------------------------------
+    def soundness_problem(self) -> str | None:
+        """PRAGMA quick_check: every page and record readable (no index cross-check, which
+        integrity_problem adds); None when sound, else its first complaint."""
+        result = self._conn.execute("PRAGMA quick_check").fetchone()[0]
+        return None if result == "ok" else result
+
     def integrity_problem(self) -> str | None:
         """SQLite's own check of the file: None when sound, else its first complaint."""
         result = self._conn.execute("PRAGMA integrity_check").fetchone()[0]

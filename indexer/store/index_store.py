@@ -10,8 +10,10 @@ INDEX/
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,10 +22,22 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
-from wherein.indexer.store.catalog import Catalog
-from wherein.indexer.store.vector_file import VECTOR_FILE
+from wherein.indexer.store.catalog import (
+    Catalog,
+    blob_to_vector,
+    damaged,
+    rebuild_hint,
+    salvage,
+)
+from wherein.indexer.store.vector_file import VECTOR_FILE, VectorFile
 from wherein.indexer.store.vectors import FAISS_FILE, SIDECAR_FILE, VectorIndex, index_ids
-from wherein.schemas.errors import IndexError_, IndexLocked
+from wherein.schemas.errors import (
+    CatalogDamaged,
+    IndexError_,
+    IndexLocked,
+    is_damage,
+    storage_error,
+)
 
 CATALOG_FILE = "catalog.db"
 LOCK_FILE = "index.lock"
@@ -31,10 +45,22 @@ LOCK_POLL_SECONDS = 0.5
 
 
 @dataclass
+class Rebuilt:
+    """What --rebuild-catalog did: where the damaged file went, what it gave back."""
+
+    aside: Path
+    salvaged: int  # rows read from the damaged file
+    reused: int  # of those, rows whose file is unchanged: their vectors are kept
+    unreadable: int  # ids whose rows no read got through
+
+
+@dataclass
 class CheckReport:
     ok: bool = True
     problems: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
+    to_repair: list[str] = field(default_factory=list)  # derived files a --repair would save
+    damaged: bool = False  # the catalog itself: nothing more could be checked (or counted)
 
     def fail(self, msg: str) -> None:
         self.ok = False
@@ -51,6 +77,7 @@ class IndexStore:
         self._lock_fd = lock_fd
         self.sync_note = ""
         self.damage_note = ""  # the damaged vectors file this process found (and replaced?)
+        self.rebuilt: Rebuilt | None = None
 
     @property
     def writable(self) -> bool:
@@ -65,11 +92,18 @@ class IndexStore:
         load_vectors: bool = True,
         wait: bool = False,
         on_wait: Callable[[str], object] | None = None,
+        rebuild: bool = False,
+        read_only: bool = False,
     ) -> IndexStore:
         """Open an index; ``write`` takes the writer lock (IndexLocked if another process has it).
 
         wait: poll until the other writer is done instead of failing; ``on_wait`` gets
         one line saying who is waited for (and again if the holder changes).
+        rebuild (with write): set the catalog aside (never deleted) and start a new one
+        holding what could be salvaged from it (see ``rebuild_catalog``).
+        read_only (without write): open the catalog read-only, so that nothing (no -wal,
+        no -shm, no migration) is written; a reader falls back to it by itself when the
+        disk is too full for opening it otherwise.
         """
         d = Path(directory)
         db = d / CATALOG_FILE
@@ -83,14 +117,24 @@ class IndexStore:
             except OSError as exc:
                 raise _cannot_write(d, exc) from None
         lock_fd = _take_lock(d, wait, on_wait) if write else None
-        readonly = not write and db.is_file() and not os.access(d, os.W_OK)
+        if lock_fd is not None:
+            try:
+                _probe_folder(d)
+            except BaseException:
+                os.close(lock_fd)
+                raise
+        readonly = not write and db.is_file() and (read_only or not os.access(d, os.W_OK))
+        rebuilt = None
         try:
-            catalog = Catalog(db, readonly=readonly)
+            if rebuild and write and (db.exists() or db.is_symlink()):
+                rebuilt = rebuild_catalog(d)
+            catalog = _open_catalog(db, readonly, verify=write and rebuilt is None)
         except Exception as exc:
             if lock_fd is not None:
                 os.close(lock_fd)
             raise _catalog_error(db, exc, readonly) from exc
         store = cls(d, catalog, lock_fd)
+        store.rebuilt = rebuilt
         if load_vectors:
             try:
                 store.vectors.load()
@@ -160,13 +204,27 @@ class IndexStore:
             sizes[name] = min(st.st_size, st.st_blocks * 512) if sparse else st.st_size
         return sizes
 
-    def check(self) -> CheckReport:
-        """Catalog and FAISS agree: same ids, same dimension, same vectors, same model."""
+    def check(self, repair: bool = False) -> CheckReport:
+        """Catalog and FAISS agree: same ids, same dimension, same vectors, same model.
+
+        Reads only, unless repair: FAISS behind the catalog (a run that never reached its
+        end) is then brought in line and saved; without it, the lag is compared in memory
+        and reported in ``to_repair`` (search catches up the same way on every open).
+        """
         rep = CheckReport()
         cat = self.catalog
-        integrity = cat.integrity_problem()
+        try:
+            integrity = cat.integrity_problem()
+        except CatalogDamaged as exc:
+            rep.fail(str(exc))
+            rep.damaged = True
+            return rep
         if integrity is not None:
-            rep.fail(f"catalog integrity: {integrity}")
+            rep.damaged = True
+            rep.fail(
+                f"catalog integrity: {integrity}; `{rebuild_hint(cat.path)}` sets it aside "
+                "and builds a new one"
+            )
             return rep
         orphans = cat.orphan_embeddings()
         if orphans:
@@ -175,13 +233,19 @@ class IndexStore:
         bad_dim = cat.misshapen_embeddings(dim)
         if cat.count_embedded() and bad_dim:
             rep.fail(f"{bad_dim} embeddings are not {dim}-dimensional")
-        note = self.ensure_vectors()
-        if note:
+        note = self.ensure_vectors(persist=repair)
+        on_disk = VectorIndex(self.dir)
+        if note and repair:
             why = "" if self.damage_note else "vectors were behind the catalog; "
             rep.repaired.append(why + note)
+        elif note:
+            what = self.damage_note or f"{FAISS_FILE} is behind the catalog"
+            rep.to_repair.append(
+                f"{what} ({note} in memory); `wherein status --repair --index {self.dir}` saves it"
+            )
+            on_disk = self.vectors  # what a search uses: the file plus its catch-up
         # Re-read what is on disk, not what is in memory.
-        on_disk = VectorIndex(self.dir)
-        if cat.count_embedded() and not on_disk.load():
+        if cat.count_embedded() and on_disk is not self.vectors and not on_disk.load():
             rep.fail(f"{self.dir / FAISS_FILE}: missing or unreadable")
             return rep
         if on_disk.index is None:
@@ -190,7 +254,7 @@ class IndexStore:
         if damage is not None:
             # Only a read-only check gets here (a writer replaced the file above).
             rep.fail(
-                f"{damage}; `wherein status --check --index {self.dir}` rebuilds it from the "
+                f"{damage}; `wherein status --repair --index {self.dir}` rebuilds it from the "
                 "catalog where the index is writable and no other process writes it"
             )
             return rep
@@ -231,6 +295,106 @@ class IndexStore:
             rep.fail(f"{path}: {blank} of {len(sample)} sampled vectors are empty or not finite")
 
 
+def _open_catalog(db: Path, readonly: bool, verify: bool) -> Catalog:
+    try:
+        return Catalog(db, readonly=readonly, verify=verify)
+    except sqlite3.OperationalError as exc:
+        # A reader on a full disk: opening read-write wants to grow -wal/-shm (disk I/O
+        # error); read-only it needs neither. A writer must fail here, with the reason.
+        if verify or readonly or storage_error(exc) is None:
+            raise
+    return Catalog(db, readonly=True)
+
+
+def rebuild_catalog(d: Path) -> Rebuilt:
+    """Set d's catalog aside as catalog.db.damaged-<time> (its -wal and -shm with it) and
+    write a new one holding the salvaged rows whose file is unchanged (same size and
+    mtime as recorded) and whose vector is whole; the rest is left for indexing to embed.
+    Call holding the writer lock."""
+    db = d / CATALOG_FILE
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    aside = d / f"{CATALOG_FILE}.damaged-{stamp}"
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = d / f"{CATALOG_FILE}.damaged-{stamp}-{n}"
+    try:
+        for suffix in ("", "-wal", "-shm"):
+            if (d / (CATALOG_FILE + suffix)).exists():
+                os.rename(d / (CATALOG_FILE + suffix), d / (aside.name + suffix))
+    except OSError as exc:
+        raise _cannot_write(d, exc) from None
+    got = salvage(aside)
+    dim = int(got.meta.get("dim", 0) or 0)
+    rows, vecs = _trusted(d, got.rows, dim, got.meta.get("vector_file"))
+    got.next_id = max(got.next_id, _highest_derived_id(d, dim) + 1)
+    # Past the generation vectors.faiss records, whatever the salvage found: the file must
+    # never pass for current with the rows lost in it.
+    side = VectorIndex(d).sidecar() or {}
+    with contextlib.suppress(TypeError, ValueError):
+        got.meta["generation"] = max(
+            int(got.meta.get("generation", 0) or 0), int(side.get("generation", 0) or 0)
+        )
+    catalog = Catalog(db)
+    try:
+        catalog.restore(got, rows, vecs)
+    finally:
+        catalog.close()
+    return Rebuilt(aside, len(got.rows), len(rows), got.unreadable_ids)
+
+
+def _trusted(
+    d: Path, rows: list[dict], dim: int, vector_file: str | None
+) -> tuple[list[dict], np.ndarray]:
+    """The salvaged rows worth keeping, and their vectors: the file is still there with the
+    size and mtime recorded (indexing then re-hashes it) and the vector is dim finite,
+    non-zero values (from vectors.f16 where the row kept it there)."""
+    if not dim:
+        return [], np.zeros((0, 0), np.float32)
+    keep, vecs = [], []
+    f16 = None
+    if vector_file and (d / VECTOR_FILE).is_file():
+        with contextlib.suppress(OSError, ValueError):
+            f16 = VectorFile(d / VECTOR_FILE, dim, readonly=True)
+    try:
+        for row in rows:
+            try:
+                st = os.stat(row["path"])
+            except OSError:
+                continue
+            if (st.st_size, st.st_mtime_ns) != (row["size"], row["mtime_ns"]):
+                continue
+            blob = row.pop("vector")
+            if len(blob) == dim * 4:
+                v = blob_to_vector(blob)
+            elif not blob and f16 is not None:
+                v = f16.read(np.array([row["id"]], np.int64))[0]
+            else:
+                continue
+            norm = float(np.linalg.norm(v))
+            if np.isfinite(norm) and norm > 1e-6:
+                keep.append(row)
+                vecs.append(v)
+    finally:
+        if f16 is not None:
+            f16.close()
+    return keep, np.array(vecs, np.float32).reshape(len(vecs), dim)
+
+
+def _highest_derived_id(d: Path, dim: int) -> int:
+    """The highest id vectors.faiss or vectors.f16 holds (0 if none can be read): ids of rows
+    lost with the damaged catalog, which a new image must never be given."""
+    top = 0
+    with contextlib.suppress(Exception):  # a damaged derived file just tells us nothing
+        on_disk = VectorIndex(d)
+        if on_disk.load() and on_disk.index is not None and on_disk.ntotal:
+            top = int(index_ids(on_disk.index).max())
+    f16 = d / VECTOR_FILE
+    if dim and f16.is_file():
+        top = max(top, f16.stat().st_size // (dim * 2))
+    return top
+
+
 def _take_lock(d: Path, wait: bool, on_wait: Callable[[str], object] | None) -> int:
     """The writer lock's fd; the lock file then records this PID for the next writer's message.
 
@@ -269,6 +433,26 @@ def _take_lock(d: Path, wait: bool, on_wait: Callable[[str], object] | None) -> 
     return lock_fd
 
 
+def _probe_folder(d: Path) -> None:
+    """Refuse a writer up front where the folder takes no new file although its files are
+    writable (a folder of mode 555, an immutable folder): SQLite would commit batches
+    into the existing catalog and -wal, then the run fail on vectors.faiss, which is
+    replaced by renaming a new file into the folder. os.access cannot tell (root passes
+    it): making a file can."""
+    probe = d / f".write-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except FileExistsError:  # a probe a killed process left: removing it proves as much
+        try:
+            os.unlink(probe)
+        except OSError as exc:
+            raise _cannot_write(d, exc) from None
+    except OSError as exc:
+        raise _cannot_write(d, exc) from None
+
+
 def _cannot_write(d: Path, exc: OSError) -> IndexError_:
     reason = exc.strerror or str(exc)
     return IndexError_(
@@ -278,6 +462,10 @@ def _cannot_write(d: Path, exc: OSError) -> IndexError_:
 
 
 def _catalog_error(db: Path, exc: Exception, readonly: bool) -> IndexError_:
+    if isinstance(exc, IndexError_):
+        return exc
+    if is_damage(exc):
+        return damaged(db, exc)
     if readonly and (db.parent / (CATALOG_FILE + "-wal")).exists():
         return IndexError_(
             f"{db}: the index folder is read-only and holds an unfinished write-ahead log "

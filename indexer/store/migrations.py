@@ -176,7 +176,19 @@ def m003_photos(db: sqlite_utils.Database) -> None:
     _set_version(db, 3)
 
 
-SCHEMA_VERSION = 3  # the number of the last step above
+@MIGRATIONS()
+def m004_file_identity(db: sqlite_utils.Database) -> None:
+    """images.ctime_ns and images.inode: with size and mtime, the file state a row was read
+    from, so a file rewritten with its old size and mtime is read again. NULL in the rows
+    written before (they are trusted on size and mtime until a run reads them again)."""
+    columns = {c.name for c in db["images"].columns}
+    for column in ("ctime_ns", "inode"):
+        if column not in columns:
+            db.execute(f"ALTER TABLE images ADD COLUMN {column} INTEGER")
+    _set_version(db, 4)
+
+
+SCHEMA_VERSION = 4  # the number of the last step above
 
 
 def pending(db: sqlite_utils.Database) -> list[str]:
@@ -187,6 +199,11 @@ def pending(db: sqlite_utils.Database) -> list[str]:
 def paths_are_bytes(db: sqlite_utils.Database) -> bool:
     """Whether paths are stored as BLOBs (m002 applied) rather than the first release's text."""
     return m002_paths_as_bytes.__name__ not in pending(db)
+
+
+def has_file_identity(db: sqlite_utils.Database) -> bool:
+    """Whether images has ctime_ns and inode (m004 applied)."""
+    return m004_file_identity.__name__ not in pending(db)
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:

@@ -34,6 +34,18 @@ def register(cli: click.Group) -> None:
 @models_option
 @click.option("--hidden", is_flag=True, help="Also index hidden files and folders.")
 @click.option("--retry-skipped", is_flag=True, help="Try again files skipped in earlier runs.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Re-read and hash every file, not only those whose size or time changed "
+    "(changed content is re-embedded; nothing else is).",
+)
+@click.option(
+    "--rebuild-catalog",
+    is_flag=True,
+    help="Set a damaged catalog.db aside (kept as catalog.db.damaged-TIME) and build a new "
+    "one, reusing the vectors of unchanged files it can still read; implies --verify.",
+)
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="Decode threads.")
 @click.option("--threads", type=click.IntRange(1, 64), default=None, help="Model threads.")
 @click.option(
@@ -67,6 +79,8 @@ def index(
     models_dir,
     hidden,
     retry_skipped,
+    verify,
+    rebuild_catalog,
     workers,
     threads,
     no_draft,
@@ -107,7 +121,15 @@ def index(
         create=True,
         wait=wait,
         on_wait=lambda line: click.echo(line, err=True),
+        rebuild=rebuild_catalog,
     ) as store:
+        rebuilt = store.rebuilt
+        if rebuilt is not None and fmt != "json":
+            click.echo(
+                f"catalog set aside as {rebuilt.aside}; {rebuilt.salvaged} rows read back "
+                f"({rebuilt.unreadable} lost), {rebuilt.reused} of them kept (file unchanged)",
+                err=True,
+            )
         indexer = Indexer(store, tower, workers=workers, draft=not no_draft)
         with progress(quiet, fmt) as bar:
             stats = indexer.run(
@@ -116,13 +138,14 @@ def index(
                 retry_skipped=retry_skipped,
                 progress=bar.update,
                 on_total=bar.reset,
+                verify=verify or rebuilt is not None,
             )
         total = store.catalog.count_embedded()
         if watch and not stats.interrupted and not stats.bad_roots:
-            _report(stats, total, fmt)
+            _report(stats, total, fmt, rebuilt)
             _watch(indexer, [str(p) for p in paths], hidden, settle, fmt)
             return
-    _report(stats, total, fmt)
+    _report(stats, total, fmt, rebuilt)
 
 
 # How the summary line names each of RunStats.file_counts().
@@ -149,9 +172,17 @@ def _summary(stats, total: int) -> str:
     )
 
 
-def _report(stats, total: int, fmt: str | None) -> None:
+def _report(stats, total: int, fmt: str | None, rebuilt=None) -> None:
+    result = stats.to_dict(total)
+    if rebuilt is not None:
+        result["rebuilt_catalog"] = {
+            "set_aside": str(rebuilt.aside),
+            "rows_salvaged": rebuilt.salvaged,
+            "rows_reused": rebuilt.reused,
+            "ids_unreadable": rebuilt.unreadable,
+        }
     if fmt == "json":
-        echo_json(stats.to_dict(total))
+        echo_json(result)
     else:
         if stats.invalidated:
             click.echo(f"model changed: {stats.invalidated} old vectors dropped and re-embedded")
@@ -224,32 +255,45 @@ def _watch(indexer, roots: list[str], hidden: bool, settle: float, fmt: str | No
 @click.command()
 @index_option
 @models_option
-@click.option("--check", is_flag=True, help="Verify catalog and vectors agree; exit 1 if not.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Verify catalog and vectors agree; exit 1 if not. Reads only (also on a full disk "
+    "or a read-only folder).",
+)
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="As --check, and save vectors.faiss where it is behind the catalog (takes the "
+    "writer lock).",
+)
 @json_option
 @friendly_errors
-def status(index_dir, models_dir, check, fmt):
+def status(index_dir, models_dir, check, repair, fmt):
     """Counts, model, index type and size, skipped files; whether --models matches the index."""
     from wherein.indexer import paths as P
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.store.index_store import IndexStore
     from wherein.indexer.store.status import index_status, models_report
-    from wherein.schemas.errors import IndexLocked
 
     d = P.index_dir(index_dir)
-    try:
-        store = IndexStore.open(d, write=check, load_vectors=check)
-    except IndexLocked:
-        if not check:
-            raise
-        store = IndexStore.open(d)  # a writer holds the lock: check read-only
+    check = check or repair
+    store = IndexStore.open(d, write=repair, load_vectors=check, read_only=not repair)
     with store:
-        report = store.check() if check else None
+        report = store.check(repair=repair) if check else None
+        if report is not None and report.damaged:
+            _damaged_report(d, report, fmt)  # no counts to show: they would read damaged pages
         st = index_status(store)
     models = ModelDir(P.models_dir(models_dir))
     standin_banner(models, space=st.space, index=d)
     st.models = models_report(models, st.model_id)
     if report is not None:
-        st.check = {"ok": report.ok, "problems": report.problems, "repaired": report.repaired}
+        st.check = {
+            "ok": report.ok,
+            "problems": report.problems,
+            "repaired": report.repaired,
+            "to_repair": report.to_repair,
+        }
     info = st.to_dict()
     if fmt == "json":
         echo_json(info)
@@ -281,11 +325,23 @@ def status(index_dir, models_dir, check, fmt):
         if report is not None:
             for r in report.repaired:
                 click.echo(f"repaired   {r}")
+            for r in report.to_repair:
+                click.echo(f"to repair  {r}")
             for p in report.problems:
                 click.echo(f"PROBLEM    {p}", err=True)
             click.echo("check      " + ("ok" if report.ok else "FAILED"))
     if report is not None and not report.ok:
         sys.exit(1)
+
+
+def _damaged_report(d: Path, report, fmt: str) -> None:
+    if fmt == "json":
+        echo_json({"index": str(d), "check": {"ok": False, "problems": report.problems}})
+    else:
+        for p in report.problems:
+            click.echo(f"PROBLEM    {p}", err=True)
+        click.echo("check      FAILED")
+    sys.exit(1)
 
 
 def _models_line(m: dict) -> str:

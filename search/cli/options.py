@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from wherein.indexer.paths import INDEX_ENV, MODELS_ENV
-from wherein.schemas.errors import WhereinError, storage_error
+from wherein.schemas.errors import CatalogDamaged, WhereinError, is_damage, storage_error
 from wherein.search.export import formats as export_formats  # light: no numpy/pyarrow
 from wherein.search.query import SORT_KEYS
 
@@ -286,7 +286,7 @@ def friendly_errors(f: Callable) -> Callable:
     """WhereinError -> 'Error: <one line>' on stderr and its ``exit_code`` (1; 75 when locked).
 
     A write the disk refused (full, read-only, no permission) becomes such an error too,
-    wherever it happened: SQLite, FAISS or a plain file.
+    wherever it happened: SQLite, FAISS or a plain file; so does a damaged SQLite file.
     """
 
     @functools.wraps(f)
@@ -297,6 +297,10 @@ def friendly_errors(f: Callable) -> Callable:
             raise _click_error(exc) from None
         except (OSError, RuntimeError, sqlite3.Error) as exc:
             translated = storage_error(exc)
+            if translated is None and is_damage(exc):
+                # The catalog's own connections name the file (catalog.py); this is the
+                # net for any other SQLite file a command reads.
+                translated = CatalogDamaged(f"a SQLite file of the index is damaged ({exc})")
             if translated is None:
                 raise
             raise _click_error(translated) from None

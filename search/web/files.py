@@ -152,9 +152,12 @@ def read_verified(f: IndexedFile) -> bytes:
         os.close(fd)
     data = b"".join(chunks)
     if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
+        # Size and mtime as indexed, other bytes: a rewrite that kept both. `wherein index`
+        # reads it again by its ctime and inode; --verify re-reads every file regardless.
         raise FileChanged(
-            f"image {f.id}: the file's content differs from what was indexed; "
-            "re-run wherein index to pick up the change"
+            f"image {f.id}: the file's content differs from what was indexed (same size and "
+            "time); re-run wherein index on its folder to pick up the change "
+            "(with --verify if it still is not)"
         )
     _remember(f, st)
     return data

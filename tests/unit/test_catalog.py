@@ -57,8 +57,8 @@ def test_insert_then_read_back_by_path_id_and_vector(cat):
     a, b = add(cat, "/p/a.png", "/p/b.png")
     known = cat.known_files()
     assert known == {
-        "/p/a.png": (a, 100, 1000, f"{0:064x}", True),
-        "/p/b.png": (b, 101, 1001, f"{1:064x}", True),
+        "/p/a.png": (a, 100, 1000, f"{0:064x}", True, None, None),  # no ctime, inode given
+        "/p/b.png": (b, 101, 1001, f"{1:064x}", True, None, None),
     }
     row = cat.rows_by_ids([b, 999])
     assert list(row) == [b] and row[b] == {**rec("/p/b.png", 1), "id": b}
@@ -91,15 +91,15 @@ def test_relink_keeps_id_and_vector_under_the_new_path(cat):
     # Moved onto a path that had its own row: that row goes, the moved one stays.
     with cat.transaction():
         cat.relink(a, "/p/b.png", 1, 2)
-    assert cat.known_files() == {"/p/b.png": (a, 1, 2, f"{0:064x}", True)}
+    assert cat.known_files() == {"/p/b.png": (a, 1, 2, f"{0:064x}", True, None, None)}
     assert cat.rows_by_ids([b]) == {}
 
 
 def test_touch_updates_size_and_mtime_only(cat):
     (a,) = add(cat, "/p/a.png")
     with cat.transaction():
-        cat.touch(a, 9, 99)
-    assert cat.known_files()["/p/a.png"] == (a, 9, 99, f"{0:064x}", True)
+        cat.touch(a, 9, 99, 7, 8)
+    assert cat.known_files()["/p/a.png"] == (a, 9, 99, f"{0:064x}", True, 7, 8)
 
 
 def test_delete_takes_row_vector_and_labels_and_ids_are_never_reused(cat):

@@ -73,7 +73,7 @@ def test_move_relink_and_delete_with_undecodable_names(cat):
     with cat.transaction():
         i = cat.insert_image(rec(LATIN1), np.ones(3, np.float32))
         cat.relink(i, moved, 1, 2)
-    assert cat.known_files() == {moved: (i, 1, 2, f"{0:064x}", True)}
+    assert cat.known_files() == {moved: (i, 1, 2, f"{0:064x}", True, None, None)}
     assert cat.embedded_paths([LATIN1_DIR]) == [(i, moved)]
     assert cat.embedded_paths(["/photos/r"]) == []
     with cat.transaction():

@@ -25,7 +25,7 @@ from wherein.indexer.store import migrations
 from wherein.indexer.store.catalog import SCHEMA_VERSION, Catalog
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "index_v1"
-STEPS = ["m001_initial", "m002_paths_as_bytes", "m003_photos"]
+STEPS = ["m001_initial", "m002_paths_as_bytes", "m003_photos", "m004_file_identity"]
 
 
 @pytest.fixture()
@@ -64,7 +64,7 @@ def test_first_open_migrates_in_place_keeping_every_row_and_vector(v1):
     before_meta = dict(raw(db, "SELECT key, value FROM meta"))
     before_labels = sorted(raw(db, "SELECT * FROM labels"))
     cat = Catalog(db)
-    assert cat.migrated == STEPS and cat.schema_version == SCHEMA_VERSION == 3
+    assert cat.migrated == STEPS and cat.schema_version == SCHEMA_VERSION == 4
     assert cat.rows_by_ids(before_rows) == before_rows
     ids, vecs = cat.vectors_for(before_vecs)
     assert len(ids) == len(before_vecs) == 9
@@ -72,8 +72,13 @@ def test_first_open_migrates_in_place_keeping_every_row_and_vector(v1):
         assert v.astype("<f4").tobytes() == before_vecs[i]
     assert [tuple(s.values()) for s in cat.skipped()] == before_skips
     assert {k: cat.get_meta(k) for k in before_meta} == {
-        k: json.loads(v) if k != "schema_version" else 3 for k, v in before_meta.items()
+        k: json.loads(v) if k != "schema_version" else 4 for k, v in before_meta.items()
     }
+    # m004: each row's ctime and inode unknown (trusted on size and mtime until read again)
+    assert {k[:2] for k in cat.known_files().values()} == {
+        (i, before_rows[i]["size"]) for i in before_rows
+    }
+    assert {v[5:] for v in cat.known_files().values()} == {(None, None)}
     cat.close()
     assert sorted(raw(db, "SELECT * FROM labels")) == before_labels
     assert raw(db, "SELECT name FROM _sqlite_migrations ORDER BY id") == [(s,) for s in STEPS]
@@ -122,13 +127,16 @@ def test_status_check_passes_without_touching_the_vectors(v1):
     from wherein.search.cli import cli
 
     faiss_before = (v1 / "vectors.faiss").read_bytes()
+    catalog_before = (v1 / "catalog.db").read_bytes()
     res = CliRunner().invoke(cli, ["status", "--check", "--json", "--index", str(v1)])
     assert res.exit_code == 0, res.output
     info = json.loads(res.stdout)
-    assert info["check"] == {"ok": True, "problems": [], "repaired": []}
-    assert info["schema_version"] == SCHEMA_VERSION and info["images"] == 9
+    assert info["check"] == {"ok": True, "problems": [], "repaired": [], "to_repair": []}
+    # status reads only: the first release's layout as it is (the next writer migrates it).
+    assert info["schema_version"] == 1 and info["images"] == 9
     assert info["skipped_count"] == 1 and info["vectors_current"]
     assert (v1 / "vectors.faiss").read_bytes() == faiss_before  # nothing re-embedded or rebuilt
+    assert (v1 / "catalog.db").read_bytes() == catalog_before
 
 
 @pytest.mark.slow  # builds the stand-in models once per session

@@ -216,3 +216,31 @@ def test_unsettled_read_is_left_for_the_next_run():
     _, d, deleted = run_plan([f("a.jpg", size=5)], known, reads=reads)
     assert d["/photos/a.jpg"] == Decision(Kind.LATER, reason="changed while being read")
     assert deleted == []
+
+
+def test_a_file_with_its_old_size_and_mtime_but_a_new_ctime_or_inode_is_read_again():
+    known = {
+        f"{ROOT}/same.png": Known(1, 100, 1, "a", True, ctime_ns=5, inode=9),
+        f"{ROOT}/rewritten.png": Known(2, 100, 1, "b", True, ctime_ns=5, inode=9),
+        f"{ROOT}/replaced.png": Known(3, 100, 1, "c", True, ctime_ns=5, inode=9),
+        f"{ROOT}/older_row.png": Known(4, 100, 1, "d", True),  # written before ctime was kept
+    }
+    found = [
+        FoundFile(f"{ROOT}/same.png", 100, 1, 5, 9),
+        FoundFile(f"{ROOT}/rewritten.png", 100, 1, 6, 9),
+        FoundFile(f"{ROOT}/replaced.png", 100, 1, 5, 10),
+        FoundFile(f"{ROOT}/older_row.png", 100, 1, 7, 11),
+    ]
+    p = plan(found, known, {}, [ROOT])
+    assert set(p.unchanged) == {f"{ROOT}/same.png", f"{ROOT}/older_row.png"}
+    assert {w.found.path for w in p.todo} == {f"{ROOT}/rewritten.png", f"{ROOT}/replaced.png"}
+    # verify: every file is read; the same bytes are a touch, new bytes an embed.
+    p, decisions, _ = run_plan(
+        found,
+        known,
+        reads={w.path: read("a" if w.path.endswith("same.png") else "new") for w in found},
+        verify=True,
+    )
+    assert p.unchanged == ()
+    assert decisions[f"{ROOT}/same.png"] == Decision(Kind.TOUCH, 1)
+    assert decisions[f"{ROOT}/rewritten.png"].kind is Kind.EMBED
