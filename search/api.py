@@ -311,7 +311,7 @@ class Searcher:
             if self.store.vectors.damaged:
                 self.last_warnings = [
                     f"{self.store.dir}: {self.store.vectors.damaged}; searched vectors rebuilt "
-                    "from the catalog in memory (`wherein status --check` repairs the file)"
+                    "from the catalog in memory (`wherein status --repair` rebuilds the file)"
                 ]
         if empty:
             q.validate()

@@ -152,7 +152,8 @@ def _overwrite(path: Path, start: int, end: int) -> None:
 def test_damaged_vectors_are_searched_from_the_catalog_and_repaired(built, damage):
     """Overwritten bytes FAISS reads without complaint: random ids and codes in the .ivfdata,
     random centroids, or a list table pointing outside the .ivfdata (a crash if mapped).
-    Search answers as before (and says why); `status --check` rebuilds the file."""
+    Search answers as before (and says why); `status --check` names the damage and
+    `status --repair` rebuilds the file."""
     index, before = built
     faiss_file = index / "vectors.faiss"
     size = faiss_file.stat().st_size
@@ -166,15 +167,21 @@ def test_damaged_vectors_are_searched_from_the_catalog_and_repaired(built, damag
     damaged = faiss_file.read_bytes()
     res = _invoke("search", "red", "--index", str(index), "-k", "10")
     assert res.exit_code == 0, res.output
-    assert "is damaged" in res.stderr and "wherein status --check" in res.stderr
+    assert "is damaged" in res.stderr and "wherein status --repair" in res.stderr
     assert _search(index) == before
     assert faiss_file.read_bytes() == damaged  # searching never writes
     res = _invoke("status", "--check", "--index", str(index))
+    assert res.exit_code == 1, res.output
+    problems = json.loads(res.stdout)["check"]["problems"]
+    assert len(problems) == 1 and "is damaged" in problems[0], problems
+    assert faiss_file.read_bytes() == damaged  # checking never writes
+    res = _invoke("status", "--repair", "--index", str(index))
     assert res.exit_code == 0, res.output
     check = json.loads(res.stdout)["check"]
     assert check["ok"] and "is damaged" in check["repaired"][0], check
     res = _invoke("status", "--check", "--index", str(index))
-    assert json.loads(res.stdout)["check"] == {"ok": True, "problems": [], "repaired": []}
+    clean = {"ok": True, "problems": [], "repaired": [], "to_repair": []}
+    assert json.loads(res.stdout)["check"] == clean
     assert not list(index.glob("*.ivfdata"))  # rebuilt in memory: nothing points at it now
     res = _invoke("search", "red", "--index", str(index), "-k", "10")
     assert "damaged" not in res.stderr
@@ -194,4 +201,4 @@ def test_read_only_check_names_the_repair(built, monkeypatch):
     assert res.exit_code == 1, res.output
     problems = json.loads(res.stdout)["check"]["problems"]
     assert len(problems) == 1 and "is damaged" in problems[0], problems
-    assert f"`wherein status --check --index {index}`" in problems[0]
+    assert f"`wherein status --repair --index {index}`" in problems[0]

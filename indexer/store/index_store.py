@@ -238,10 +238,18 @@ class IndexStore:
         if note and repair:
             why = "" if self.damage_note else "vectors were behind the catalog; "
             rep.repaired.append(why + note)
+        elif note and self.damage_note:
+            # Searches still answer (from vectors rebuilt in memory each time), but the file
+            # on disk is wrong: a problem, with the command that rebuilds it.
+            rep.fail(
+                f"{self.damage_note}; `wherein status --repair --index {self.dir}` rebuilds it "
+                "from the catalog"
+            )
+            return rep
         elif note:
-            what = self.damage_note or f"{FAISS_FILE} is behind the catalog"
             rep.to_repair.append(
-                f"{what} ({note} in memory); `wherein status --repair --index {self.dir}` saves it"
+                f"{FAISS_FILE} is behind the catalog ({note} in memory); "
+                f"`wherein status --repair --index {self.dir}` saves it"
             )
             on_disk = self.vectors  # what a search uses: the file plus its catch-up
         # Re-read what is on disk, not what is in memory.
