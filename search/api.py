@@ -265,8 +265,8 @@ class Searcher:
             row = self.store.catalog.row_by_path(os.path.abspath(path))
             if row is None or row["size"] != st.st_size or row["mtime_ns"] != st.st_mtime_ns:
                 return None
-            ids, vecs = self.store.catalog.vectors_for([row["id"]])
-        return unit_rows(vecs)[0] if len(ids) else None
+            vec = self.store.catalog.file_vectors([row["id"]]).get(row["id"])
+        return unit_rows(vec[None])[0] if vec is not None else None
 
     # -- search ---------------------------------------------------------------------
     def search(

@@ -59,8 +59,7 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
     # Donors are never written by this run before the end (plan.py), so reading
     # their vectors before the transaction is safe.
     donors = [s.item.decision.named_row for s in steps if s.item.decision.kind is Kind.COPY]
-    ids, vecs = cat.vectors_for(donors) if donors else ((), ())
-    donor_vector = {int(i): v for i, v in zip(ids, vecs, strict=True)}
+    donor_vector = cat.file_vectors(donors) if donors else {}
     now = now_iso()
     photos: list[dict] = []
     with cat.transaction():

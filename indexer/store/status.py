@@ -21,9 +21,11 @@ def index_status(store: IndexStore) -> dict:
         )
     return {
         "index": str(store.dir),
-        "images": cat.count_embedded(),
+        "images": cat.count_embedded(),  # embedded items: what search can find
+        "files": cat.count_images(),
+        "items": cat.count_items(),
         "catalog_rows": cat.count_images(),
-        "pending": cat.count_images() - cat.count_embedded(),
+        "pending": cat.count_items() - cat.count_embedded(),
         "skipped_count": len(skipped),
         "skipped": skipped,
         "model_id": cat.get_meta("model_id"),
