@@ -54,6 +54,14 @@ def photo_row(image_id: int, p: Prepared) -> dict | None:
     return {"image_id": image_id, "size": p.size, "mtime_ns": p.mtime_ns, **p.photo.as_dict()}
 
 
+def located(p: Prepared, vector):
+    """insert_image's (vector, items): a photo's one vector, or each item's (several)."""
+    if vector is None or vector.ndim == 1:
+        return vector, ()
+    items = [(loc.kind, loc.t, loc.box, v) for (loc, _), v in zip(p.items, vector, strict=True)]
+    return None, items
+
+
 def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> int:
     """Returns how many photo-metadata rows it stored with the images."""
     # Donors are never written by this run before the end (plan.py), so reading
@@ -81,7 +89,7 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
                 cat.record_skip(path, d.reason, p.size, p.mtime_ns, now)
             else:
                 vector = s.vector if d.kind is Kind.EMBED else donor_vector[d.named_row]
-                image_id = cat.insert_image(record(path, p, model_id, now), vector)
+                image_id = cat.insert_image(record(path, p, model_id, now), *located(p, vector))
                 changed = True
             row = photo_row(image_id, p) if image_id is not None else None
             if row is not None:

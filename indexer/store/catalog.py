@@ -534,10 +534,17 @@ class Catalog:
             )
 
     # -- writes (call inside transaction()) --------------------------------
-    def insert_image(self, record: dict, vector: np.ndarray | None) -> int:
+    def insert_image(
+        self,
+        record: dict,
+        vector: np.ndarray | None,
+        items: Sequence[tuple[str, float | None, Sequence[float] | None, np.ndarray | None]] = (),
+    ) -> int:
         """A new file row (record: path, size, mtime_ns, sha256, width, height, format,
-        indexed_at, model_id), its one 'image' item and that item's embedding; clears a skip
-        of that path. Returns the id (the file's and its item's)."""
+        indexed_at, model_id), its one 'image' item and that item's embedding (vector; None:
+        not embedded yet); clears a skip of that path. Returns the id (the file's and its
+        first item's). items, when given, are what the file yields instead of the one whole
+        image: (kind, t, box or None, vector) each, ids in that order."""
         key = _key(record["path"])
         image_id = self.next_image_id()
         self._conn.execute(
@@ -546,14 +553,20 @@ class Catalog:
             ":height, :format, :indexed_at, :model_id)",
             {**record, "key": key, "id": image_id},
         )
-        self._conn.execute(
-            "INSERT INTO items(id, image_id, kind) VALUES (?, ?, 'image')", (image_id, image_id)
-        )
-        if vector is not None:
+        located = list(items) or [("image", None, None, vector)]  # a photo
+        for n, (kind, t, box, vec) in enumerate(located):
+            item_id = image_id + n  # next_image_id: no id at or past image_id was ever used
+            x0, y0, x1, y1 = box if box is not None else (None, None, None, None)
             self._conn.execute(
-                "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
-                (image_id, vector_to_blob(vector)),
+                "INSERT INTO items(id, image_id, kind, t, x0, y0, x1, y1) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (item_id, image_id, kind, t, x0, y0, x1, y1),
             )
+            if vec is not None:
+                self._conn.execute(
+                    "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
+                    (item_id, vector_to_blob(vec)),
+                )
         self._conn.execute("DELETE FROM skipped WHERE path = ?", (key,))
         return image_id
 
