@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -199,12 +199,27 @@ def clipseg_input(img: Image.Image, size: int = CLIPSEG_IMAGE_SIZE) -> np.ndarra
     return np.ascontiguousarray(x.transpose(2, 0, 1))
 
 
+@dataclass(frozen=True)
+class Locator:
+    """Where in its file an item is: the whole image (a photo's one item), a video frame at
+    t seconds, or a region's box (x0, y0, x1, y1) in the file's pixels."""
+
+    kind: str = "image"  # 'image' | 'frame' | 'region' (the catalog's items.kind)
+    t: float | None = None
+    box: tuple[float, float, float, float] | None = None
+
+
+WHOLE_IMAGE = Locator()
+
+
 @dataclass
 class Prepared:
     """One file's bytes, ready for the image tower (or the reason they are not).
 
     size and mtime_ns describe the bytes that were hashed (taken from the same
-    open file), never an earlier look at the path.
+    open file), never an earlier look at the path. items: what the file yields, each
+    item's locator and its [3,size,size] float32 pixels (model_input); a photo yields
+    one whole-image item, a file that failed none.
     """
 
     size: int = 0
@@ -212,11 +227,30 @@ class Prepared:
     sha256: str = ""
     width: int = 0
     height: int = 0
-    pixels: np.ndarray | None = None  # [3,size,size] float32 (model_input); None on error
+    items: list[tuple[Locator, np.ndarray]] = field(default_factory=list)
     error: str = ""
     photo: PhotoMeta | None = None  # EXIF from the same bytes (the index run stores it)
     ctime_ns: int = 0  # with size and mtime, the state of the file read (0: not known)
     inode: int = 0
+
+    @property
+    def pixels(self) -> np.ndarray | None:
+        """A photo's pixels: its one whole-image item's; None on error or for a file that
+        yields other items (use tower_pixels)."""
+        if len(self.items) == 1 and self.items[0][0] == WHOLE_IMAGE:
+            return self.items[0][1]
+        return None
+
+    @pixels.setter
+    def pixels(self, value: np.ndarray | None) -> None:
+        self.items = [] if value is None else [(WHOLE_IMAGE, value)]
+
+    def tower_pixels(self) -> np.ndarray | list[np.ndarray] | None:
+        """What the ingest pipeline's Step takes: a photo's [3,s,s], a list of each item's
+        for a file that yields other items, None without items."""
+        if not self.items:
+            return None
+        return self.pixels if self.pixels is not None else [p for _, p in self.items]
 
 
 def prepare(data: bytes, spec: ImageInput, draft: bool = JPEG_DRAFT, mtime_ns: int = 0) -> Prepared:

@@ -4,7 +4,10 @@
 ``schemas/hit.schema.json``: every output format (``--json``, ``--nl``, ``--csv``)
 carries the same fields. The photo fields (``taken``, ``taken_source``, ``camera``,
 ``lens``, ``gps``) come from the catalog's EXIF table; ``taken`` falls back to
-the file's mtime when a photo has no EXIF date. The mask fields are filled in by
+the file's mtime when a photo has no EXIF date. ``id`` is the file's catalog id;
+``item_id`` the matched item's (a file yields items, each with its vector), located by
+``kind`` ("photo" for a photo's one item), ``time`` (seconds into a video) and ``box``
+(a region's [x0, y0, x1, y1] in pixels), null where they do not apply. The mask fields are filled in by
 ``wherein.search.localize.masking.add_masks_to_hits`` when a search asks for masks; they
 are left out of the JSON form while unset. ``extra`` holds fields added by later
 features that are not declared here yet: they are merged into the JSON form.
@@ -47,7 +50,13 @@ HIT_CORE_FIELDS = (
     "camera",
     "lens",
     "gps",
+    "item_id",
+    "kind",
+    "time",
+    "box",
 )
+# What an item's kind in the catalog is called in a hit ("image": a photo's one item).
+HIT_KINDS = {"image": "photo"}
 # Present only when set (masks).
 HIT_MASK_FIELDS = ("mask_path", "overlay_path", "bbox", "mask_area", "mask_score")
 
@@ -139,6 +148,11 @@ class Hit:
     camera: str | None = None
     lens: str | None = None
     gps: dict[str, float] | None = None  # {"lat": ..., "lon": ...}
+    # -- the item matched (a file yields items; a photo one, of kind "photo") ----
+    item_id: int | None = None
+    kind: str | None = None
+    time: float | None = None  # seconds into a video (a frame)
+    box: list[float] | None = None  # [x0, y0, x1, y1] in pixels (a region)
     mtime_ns: int | None = field(default=None, repr=False)  # for sorting; not in the JSON form
     taken_key: str | None = field(default=None, repr=False)  # local "YYYY-MM-DD HH:MM:SS"
     # -- masks ---------------------------------------------------------
@@ -159,8 +173,10 @@ class Hit:
         check_exists: bool = True,
         extra: dict[str, Any] | None = None,
     ) -> Hit:
-        """A Hit from a catalog row (``Catalog.rows_by_ids``)."""
+        """A Hit from a catalog row (``Catalog.hit_rows``; a ``rows_by_ids`` row, which
+        names no item, gives a hit without one)."""
         taken, source, key = taken_fields(row)
+        kind = row.get("kind")
         return cls(
             rank=rank,
             path=row["path"],
@@ -180,6 +196,10 @@ class Hit:
             camera=camera_of(row),
             lens=row.get("lens"),
             gps=gps_of(row),
+            item_id=row.get("item_id"),
+            kind=HIT_KINDS.get(kind, kind) if kind is not None else None,
+            time=row.get("t"),
+            box=row.get("box"),
             mtime_ns=row["mtime_ns"],
             taken_key=key,
             extra=dict(extra or {}),

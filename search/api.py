@@ -238,10 +238,11 @@ class Searcher:
     def _embed_image(self, term: Term) -> np.ndarray:
         if term.kind == "indexed":
             with self._lock:
-                ids, vecs = self.store.catalog.vectors_for([int(term.value)])
-            if not len(ids):
+                # A hit's id is its file's: the vector of the file's whole-image item.
+                vec = self.store.catalog.file_vectors([int(term.value)]).get(int(term.value))
+            if vec is None:
                 raise QueryError(f"image {term.value} is not in the index")
-            return unit_rows(vecs)[0]
+            return unit_rows(vec[None])[0]
         path = Path(term.value).expanduser()
         if not path.is_file():
             raise QueryError(f"{term.value}: no such image file (--like)")
@@ -266,8 +267,8 @@ class Searcher:
             row = self.store.catalog.row_by_path(os.path.abspath(path))
             if row is None or row["size"] != st.st_size or row["mtime_ns"] != st.st_mtime_ns:
                 return None
-            ids, vecs = self.store.catalog.vectors_for([row["id"]])
-        return unit_rows(vecs)[0] if len(ids) else None
+            vec = self.store.catalog.file_vectors([row["id"]]).get(row["id"])
+        return unit_rows(vec[None])[0] if vec is not None else None
 
     # -- search ---------------------------------------------------------------------
     def search(

@@ -29,10 +29,10 @@ from wherein.schemas.records import HIT_CORE_FIELDS, HIT_MASK_FIELDS, Hit
 
 FORMATS = ("table", "json", "nl", "csv", "paths", "paths0")
 
-_INT_FIELDS = {"rank", "width", "height", "id", "size"}
-_FLOAT_FIELDS = {"score", "probability", "mask_area", "mask_score"}
+_INT_FIELDS = {"rank", "width", "height", "id", "size", "item_id"}
+_FLOAT_FIELDS = {"score", "probability", "mask_area", "mask_score", "time"}
 _BOOL_FIELDS = {"exists"}
-_JSON_FIELDS = {"bbox", "gps"}
+_JSON_FIELDS = {"bbox", "gps", "box"}
 
 
 def render(

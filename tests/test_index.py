@@ -478,7 +478,7 @@ def test_check_fails_on_inconsistency(env, shapes):
     # Corrupt the catalog behind the store's back: an embedding with a bad dimension.
     conn = sqlite3.connect(env["index"] / "catalog.db")
     with conn:
-        conn.execute("UPDATE embeddings SET vector = zeroblob(12) WHERE image_id = 1")
+        conn.execute("UPDATE embeddings SET vector = zeroblob(12) WHERE item_id = 1")
     conn.close()
     code, out = run_cli("status", "--check")
     assert code == 1 and "not 768-dimensional" in out

@@ -61,14 +61,21 @@ def photo_row(image_id: int, p: Prepared) -> dict | None:
     return {"image_id": image_id, "size": p.size, "mtime_ns": p.mtime_ns, **p.photo.as_dict()}
 
 
+def located(p: Prepared, vector):
+    """insert_image's (vector, items): a photo's one vector, or each item's (several)."""
+    if vector is None or vector.ndim == 1:
+        return vector, ()
+    items = [(loc.kind, loc.t, loc.box, v) for (loc, _), v in zip(p.items, vector, strict=True)]
+    return None, items
+
+
 def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> int:
     """Returns how many photo-metadata rows it stored with the images."""
     # Donors are never written by this run before the end (plan.py), so reading
     # their vectors before the transaction is safe.
     copies = [s.item.decision for s in steps if s.item.decision.kind is Kind.COPY]
     donors = [d.named_row for d in copies if d.row is not None]
-    ids, vecs = cat.vectors_for(donors) if donors else ((), ())
-    donor_vector = {int(i): v for i, v in zip(ids, vecs, strict=True)}
+    donor_vector = cat.file_vectors(donors) if donors else {}
     twin_vector = _twin_vectors(cat, steps) if len(donors) < len(copies) else {}
     now = now_iso()
     photos: list[dict] = []
@@ -96,7 +103,7 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
                     vector = twin_vector[p.sha256]
                 else:
                     vector = donor_vector[d.row]
-                image_id = cat.insert_image(record(path, p, model_id, now), vector)
+                image_id = cat.insert_image(record(path, p, model_id, now), *located(p, vector))
                 changed = True
             row = photo_row(image_id, p) if image_id is not None else None
             if row is not None:
@@ -122,7 +129,7 @@ def _twin_vectors(cat: Catalog, steps: Sequence[Step[Routed]]) -> dict:
             continue
         if p.sha256 not in out:  # its original went in with an earlier batch
             first = cat.embedded_with_hash(p.sha256)[0][0]
-            out[p.sha256] = cat.vectors_for([first])[1][0]
+            out[p.sha256] = cat.file_vectors([first])[first]
     return out
 
 

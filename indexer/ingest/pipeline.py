@@ -43,10 +43,15 @@ class Tower(Protocol):
 
 @dataclass
 class Step(Generic[T]):
-    """One routed item; pixels set: it goes through the tower, and vector is its result."""
+    """One routed file; pixels set: it goes through the tower, and vector is its result.
+
+    pixels an array (a photo's one item) gives vector [d]; a list of n arrays (a file that
+    yields n items) gives vector [n, d]. The tower batches items, not files: a file's items
+    may span two tower runs.
+    """
 
     item: T
-    pixels: np.ndarray | None = None
+    pixels: np.ndarray | list[np.ndarray] | None = None
     vector: np.ndarray | None = None
 
 
@@ -98,32 +103,57 @@ class _Pending(Generic[T]):
     def __init__(self, tower: Tower, clock: Callable[[], float]) -> None:
         self.tower, self.clock = tower, clock
         self.steps: list[Step[T]] = []
-        self.waiting: list[tuple[Step[T], np.ndarray]] = []  # with the pixels they had
-        self.embedded = 0
+        # One entry per item, with its pixels and its row in the step's vector (None: the
+        # step's one item, vector [d]).
+        self.waiting: list[tuple[Step[T], int | None, np.ndarray]] = []
+        self.left: dict[int, int] = {}  # id(step) -> its items still waiting for the tower
+        self.embedded = 0  # items
+        self.model_steps = 0  # steps with pixels
         self.model_seconds = 0.0
 
     def add(self, step: Step[T]) -> None:
         self.steps.append(step)
-        if step.pixels is not None:
-            self.embedded += 1
-            self.waiting.append((step, step.pixels))
-            if len(self.waiting) >= self.tower.batch_size:
-                self.run_tower()
+        if step.pixels is None:
+            return
+        self.model_steps += 1
+        if isinstance(step.pixels, list):  # several items
+            self.left[id(step)] = len(step.pixels)
+            step.vector = None
+            for j, pixels in enumerate(step.pixels):
+                self._wait(step, j, pixels)
+        else:
+            self._wait(step, None, step.pixels)
+
+    def _wait(self, step: Step[T], row: int | None, pixels: np.ndarray) -> None:
+        self.embedded += 1
+        self.waiting.append((step, row, pixels))
+        if len(self.waiting) >= self.tower.batch_size:
+            self.run_tower()
 
     def run_tower(self) -> None:
         if not self.waiting:
             return
         t = self.clock()
-        vectors = self.tower.embed(np.stack([pixels for _, pixels in self.waiting]))
+        vectors = self.tower.embed(np.stack([pixels for _, _, pixels in self.waiting]))
         self.model_seconds += self.clock() - t
-        for (s, _), v in zip(self.waiting, vectors, strict=True):
-            s.vector, s.pixels = v, None
+        for (s, row, _), v in zip(self.waiting, vectors, strict=True):
+            if row is None:
+                s.vector, s.pixels = v, None
+                continue
+            assert s.pixels is not None
+            if s.vector is None:
+                s.vector = np.zeros((len(s.pixels), len(v)), v.dtype)
+            s.vector[row] = v
+            self.left[id(s)] -= 1
+            if not self.left[id(s)]:
+                del self.left[id(s)]
+                s.pixels = None
         self.waiting.clear()
 
     def take(self) -> list[Step[T]]:
         self.run_tower()
         steps = self.steps
-        self.steps, self.embedded, self.model_seconds = [], 0, 0.0
+        self.steps, self.embedded, self.model_steps, self.model_seconds = [], 0, 0, 0.0
         return steps
 
 
@@ -144,7 +174,7 @@ def run_pipeline(
     with closing(prefetch(items, load, workers, ahead)) as stream:
         for item, loaded in stream:
             pending.add(route(item, loaded))
-            quick = len(pending.steps) - pending.embedded
+            quick = len(pending.steps) - pending.model_steps
             if policy.due(pending.embedded, quick, pending.model_seconds, clock() - last):
                 commit(pending.take())
                 last = clock()

@@ -146,7 +146,9 @@ class _Run:
         ):
             self.embedding.add(read.sha256)
         # route() embeds only a file it read (never an Unsettled one).
-        pixels = read.pixels if d.kind is Kind.EMBED and isinstance(read, Prepared) else None
+        pixels = (
+            read.tower_pixels() if d.kind is Kind.EMBED and isinstance(read, Prepared) else None
+        )
         return Step(Routed(work, read, d), pixels)
 
     def commit(self, steps: list[Step[Routed]]) -> None:

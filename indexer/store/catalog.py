@@ -1,8 +1,10 @@
 """The SQLite catalog: the index's source of truth, and the only code that speaks SQL.
 
-One row per indexed file in ``images``; its embedding in ``embeddings`` (same
-transaction, so a row never points at a half-written vector; rows that build-index
-writes keep an empty blob there and the vector in vectors.f16, see vector_file.py);
+One row per indexed file in ``images``; the items it yields in ``items`` (a photo: one
+item of kind 'image'; room for a video's frames and a photo's regions), each item's
+embedding in ``embeddings`` (same transaction, so a row never points at a half-written
+vector; rows that build-index writes keep an empty blob there and the vector in
+vectors.f16, see vector_file.py);
 unreadable files in ``skipped``; zero-shot label probabilities in ``labels``; settings and the
 vector generation counter in ``meta``. FAISS holds a derived copy of
 ``embeddings`` (see vectors.py): after a crash it is brought back in line from
@@ -23,6 +25,12 @@ Invariants:
   allows round-trips exactly, and names that differ only in Unicode
   normalisation (NFC/NFD) stay distinct rows. Callers never see the encoding.
 - Ids are never reused (AUTOINCREMENT): FAISS and cached files are keyed by id.
+- Files and items. FAISS ids are item ids. Methods about vectors (embedded_ids,
+  vectors_for, iter_vectors, set_embedding, embedded_paths, photo_matches, hit_rows,
+  count_embedded) speak item ids; methods about files (known_files, ids_for_paths,
+  rows_by_ids, row_by_path, embedded_with_hash, relink, touch, delete_images,
+  record_skip, photos, labels) speak file ids. File and item ids come from one counter
+  (next_image_id), so a photo's one item has its file's id.
 """
 
 from __future__ import annotations
@@ -60,6 +68,15 @@ _IMAGE_COLUMNS = (
     "model_id",
 )
 _SELECT_IMAGES = f"SELECT {', '.join(_IMAGE_COLUMNS)} FROM images"
+# What an item adds to its file's row in hit_rows: its id, kind and locator (box: x0..y1).
+_ITEM_COLUMNS = ("item_id", "kind", "t", "box")
+# A read-only catalog from before items (schema < 4) seen as if it had them: one 'image'
+# item per image, with the image's id (what the migration writes). TEMP names shadow main's.
+_ITEMS_VIEWS = (
+    "CREATE TEMP VIEW items AS SELECT id, id AS image_id, 'image' AS kind, NULL AS t, "
+    "NULL AS x0, NULL AS y0, NULL AS x1, NULL AS y1 FROM main.images",
+    "CREATE TEMP VIEW embeddings AS SELECT image_id AS item_id, vector FROM main.embeddings",
+)
 # The photos table (EXIF) as hits carry it; PHOTO_COLUMNS is what store_photos takes.
 _PHOTO_HIT_COLUMNS = ("taken", "taken_offset", "make", "model", "lens", "lat", "lon")
 PHOTO_COLUMNS = ("image_id", "size", "mtime_ns", *_PHOTO_HIT_COLUMNS, "orientation")
@@ -290,12 +307,22 @@ def salvage(path: Path) -> Salvaged:
     except sqlite3.Error:
         return out
     with contextlib.closing(conn):
+        # Before the items step (schema 5) embeddings were keyed by image id; since, by item
+        # id, and a photo's one item has its file's id.
+        itemised = (
+            _salvage_one(
+                conn, "SELECT 1 FROM pragma_table_info('embeddings') WHERE name = 'item_id'"
+            )
+            == 1
+        )
+        key = "item_id" if itemised else "image_id"
         tops = [
             _salvage_one(conn, sql)
             for sql in (
                 "SELECT max(id) FROM images",
-                "SELECT max(image_id) FROM embeddings",
-                "SELECT seq FROM sqlite_sequence WHERE name = 'images'",
+                "SELECT max(id) FROM items",
+                f"SELECT max({key}) FROM embeddings",
+                "SELECT seq FROM sqlite_sequence WHERE name IN ('images', 'items')",
             )
         ]
         top = max([t for t in tops if isinstance(t, int)], default=0)
@@ -307,9 +334,13 @@ def salvage(path: Path) -> Salvaged:
         for key, value in meta_rows:
             with contextlib.suppress(TypeError, ValueError):
                 out.meta[str(key)] = json.loads(value)
-        vector_rows, _ = _salvage_ranges(
-            conn, "SELECT image_id, vector FROM embeddings WHERE image_id BETWEEN ? AND ?", top
+        by_file = (
+            "SELECT it.image_id, e.vector FROM embeddings e JOIN items it ON it.id = e.item_id "
+            "WHERE it.kind = 'image' AND e.item_id BETWEEN ? AND ?"
+            if itemised
+            else "SELECT image_id, vector FROM embeddings WHERE image_id BETWEEN ? AND ?"
         )
+        vector_rows, _ = _salvage_ranges(conn, by_file, top)
         vectors = dict(vector_rows)
         image_rows, out.unreadable_ids = _salvage_ranges(
             conn, f"{_SELECT_IMAGES} WHERE id BETWEEN ? AND ?", top
@@ -397,6 +428,9 @@ class Catalog:
             self._identity = (
                 "i.ctime_ns, i.inode" if migrations.has_file_identity(self._db) else "NULL, NULL"
             )
+            if readonly and not migrations.has_items(self._db):
+                for view in _ITEMS_VIEWS:
+                    conn.execute(view)
             conn.execute("PRAGMA foreign_keys = ON")
             if self.get_meta("vector_file"):
                 self._open_vector_file()
@@ -434,7 +468,7 @@ class Catalog:
     def _file_ids_between(self, lo: int, hi: int) -> np.ndarray:
         """The ids in [lo, hi] whose committed vector is a row of the vector file."""
         rows = self._conn.execute(
-            "SELECT image_id FROM embeddings WHERE image_id BETWEEN ? AND ? AND length(vector) = 0",
+            "SELECT item_id FROM embeddings WHERE item_id BETWEEN ? AND ? AND length(vector) = 0",
             (lo, hi),
         ).fetchall()
         return np.array([r[0] for r in rows], np.int64)
@@ -575,17 +609,37 @@ class Catalog:
         return self._conn.execute("SELECT count(*) FROM images").fetchone()[0]
 
     def count_embedded(self) -> int:
+        """Items with a vector (what FAISS holds)."""
         return self._conn.execute("SELECT count(*) FROM embeddings").fetchone()[0]
 
+    def has_items(self) -> bool:
+        """Whether the catalog stores items (schema 4), not a read-only older one seen
+        through views."""
+        return migrations.has_items(self._db)
+
+    def count_items(self, kind: str | None = None) -> int:
+        """Items (of this kind), embedded or not."""
+        if kind is None:
+            return self._conn.execute("SELECT count(*) FROM items").fetchone()[0]
+        return self._conn.execute("SELECT count(*) FROM items WHERE kind = ?", (kind,)).fetchone()[
+            0
+        ]
+
     def max_image_id(self) -> int:
-        """The largest id in use (0 when empty)."""
-        return self._conn.execute("SELECT coalesce(max(id), 0) FROM images").fetchone()[0]
+        """The largest file or item id in use (0 when empty)."""
+        return self._conn.execute(
+            "SELECT max(coalesce((SELECT max(id) FROM images), 0), "
+            "coalesce((SELECT max(id) FROM items), 0))"
+        ).fetchone()[0]
 
     def next_image_id(self) -> int:
-        """The smallest id no row ever had: past AUTOINCREMENT's counter (which remembers ids
-        of deleted rows) and past every id in use. Bulk inserts with chosen ids start here."""
-        row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'images'").fetchone()
-        return max(int(row[0]) if row else 0, self.max_image_id()) + 1
+        """The smallest id no file or item ever had: past AUTOINCREMENT's counters (which
+        remember ids of deleted rows) and past every id in use. A new file and its first item
+        take it; bulk inserts with chosen ids start here."""
+        rows = self._conn.execute(
+            "SELECT seq FROM sqlite_sequence WHERE name IN ('images', 'items')"
+        ).fetchall()
+        return max([int(r[0]) for r in rows] + [self.max_image_id()]) + 1
 
     def ids_for_paths(self, paths: Iterable[str]) -> dict[str, int]:
         """path -> id, for those of the paths that have a row."""
@@ -608,17 +662,19 @@ class Catalog:
         them. ctime_ns and inode are None for rows written before they were recorded."""
         where, args = self._under("i.path", under)
         rows = self._conn.execute(
-            "SELECT i.path, i.id, i.size, i.mtime_ns, i.sha256, e.image_id IS NOT NULL, "
-            f"{self._identity} FROM images i LEFT JOIN embeddings e ON e.image_id = i.id{where}",
+            "SELECT i.path, i.id, i.size, i.mtime_ns, i.sha256, EXISTS (SELECT 1 FROM items it "
+            "JOIN embeddings e ON e.item_id = it.id WHERE it.image_id = i.id), "
+            f"{self._identity} FROM images i{where}",
             args,
         )
         return {_path(r[0]): (r[1], r[2], r[3], r[4], bool(r[5]), r[6], r[7]) for r in rows}
 
     def embedded_with_hash(self, sha256: str) -> list[tuple[int, str]]:
-        """(id, path) of the images with an embedding whose bytes hash to sha256, by id."""
+        """(file id, path) of the files with an embedded item whose bytes hash to sha256, by id."""
         rows = self._conn.execute(
-            "SELECT i.id, i.path FROM images i JOIN embeddings e ON e.image_id = i.id "
-            "WHERE i.sha256 = ? ORDER BY i.id",
+            "SELECT i.id, i.path FROM images i WHERE i.sha256 = ? AND EXISTS (SELECT 1 FROM "
+            "items it JOIN embeddings e ON e.item_id = it.id WHERE it.image_id = i.id) "
+            "ORDER BY i.id",
             (sha256,),
         )
         return [(int(i), _path(p)) for i, p in rows]
@@ -659,10 +715,13 @@ class Catalog:
         return [_path(p) for (p,) in self._conn.execute("SELECT path FROM images")]
 
     def embedded_paths(self, under: Sequence[str] | None = None) -> list[tuple[int, str]]:
-        """(id, path) of every image with an embedding; with ``under`` (absolute folders),
-        only those that are one of them or below one of them."""
+        """(item id, path of its file) of every embedded item; with ``under`` (absolute
+        folders), only those whose file is one of them or below one of them."""
         where, args = self._under("i.path", under)
-        sql = f"SELECT i.id, i.path FROM images i JOIN embeddings e ON e.image_id = i.id{where}"
+        sql = (
+            "SELECT it.id, i.path FROM images i JOIN items it ON it.image_id = i.id "
+            f"JOIN embeddings e ON e.item_id = it.id{where}"
+        )
         return [(int(i), _path(p)) for i, p in self._conn.execute(sql, args)]
 
     def sample_paths(self, n: int) -> list[str]:
@@ -676,10 +735,12 @@ class Catalog:
         return [_path(p) for (p,) in rows]
 
     def exact_duplicate_groups(self) -> list[list[int]]:
-        """Ids of images with the same content hash, a group per hash (ids ascending)."""
+        """Item ids of the 'image' items of files with the same content hash, a group per
+        hash (ids ascending)."""
         rows = self._conn.execute(
-            "SELECT sha256, id FROM images WHERE sha256 IN "
-            "(SELECT sha256 FROM images GROUP BY sha256 HAVING count(*) > 1) ORDER BY sha256, id"
+            "SELECT i.sha256, it.id FROM images i JOIN items it ON it.image_id = i.id "
+            "WHERE it.kind = 'image' AND i.sha256 IN (SELECT sha256 FROM images "
+            "GROUP BY sha256 HAVING count(*) > 1) ORDER BY i.sha256, it.id"
         )
         groups: dict[str, list[int]] = {}
         for sha, image_id in rows:
@@ -687,29 +748,30 @@ class Catalog:
         return list(groups.values())
 
     def embedded_ids(self) -> np.ndarray:
-        rows = self._conn.execute("SELECT image_id FROM embeddings ORDER BY image_id").fetchall()
+        """Ids of the items with a vector, ascending (what FAISS must hold)."""
+        rows = self._conn.execute("SELECT item_id FROM embeddings ORDER BY item_id").fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64)
 
     def vectors_for(self, ids: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, vectors [n, d]) for those ids that have an embedding."""
+        """(item ids, vectors [n, d]) for those item ids that have an embedding."""
         got_ids, blobs = [], []
         for chunk in _chunks(ids):
-            for image_id, blob in self._conn.execute(
-                f"SELECT image_id, vector FROM embeddings WHERE image_id IN ({_marks(chunk)})",
+            for item_id, blob in self._conn.execute(
+                f"SELECT item_id, vector FROM embeddings WHERE item_id IN ({_marks(chunk)})",
                 chunk,
             ):
-                got_ids.append(image_id)
+                got_ids.append(item_id)
                 blobs.append(blob)
         if not blobs:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
         return np.array(got_ids, dtype=np.int64), self._from_file(got_ids, blobs)
 
     def iter_vectors(self, batch: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """All embeddings in id order, batch by batch (never all in memory at once)."""
+        """All embeddings in item id order, batch by batch (never all in memory at once)."""
         last = -1
         while True:
             rows = self._conn.execute(
-                "SELECT image_id, vector FROM embeddings WHERE image_id > ? ORDER BY image_id LIMIT ?",
+                "SELECT item_id, vector FROM embeddings WHERE item_id > ? ORDER BY item_id LIMIT ?",
                 (last, batch),
             ).fetchall()
             if not rows:
@@ -722,45 +784,66 @@ class Catalog:
             )
 
     # -- writes (call inside transaction()) --------------------------------
-    def insert_image(self, record: dict, vector: np.ndarray | None) -> int:
-        """A new row (record: path, size, mtime_ns, sha256, width, height, format,
-        indexed_at, model_id, and optionally ctime_ns, inode) and its embedding; clears a
-        skip of that path. Returns its id."""
+    def insert_image(
+        self,
+        record: dict,
+        vector: np.ndarray | None,
+        items: Sequence[tuple[str, float | None, Sequence[float] | None, np.ndarray | None]] = (),
+    ) -> int:
+        """A new file row (record: path, size, mtime_ns, sha256, width, height, format,
+        indexed_at, model_id, and optionally ctime_ns, inode), its one 'image' item and that
+        item's embedding (vector; None: not embedded yet); clears a skip of that path.
+        Returns the id (the file's and its first item's). items, when given, are what the
+        file yields instead of the one whole image: (kind, t, box or None, vector) each, ids
+        in that order."""
         key = _key(record["path"])
-        cur = self._conn.execute(
-            "INSERT INTO images(path, size, mtime_ns, sha256, width, height, format, indexed_at, "
-            "model_id, ctime_ns, inode) VALUES (:key, :size, :mtime_ns, :sha256, :width, "
-            ":height, :format, :indexed_at, :model_id, :ctime_ns, :inode)",
-            {"ctime_ns": None, "inode": None, **record, "key": key},
+        image_id = self.next_image_id()
+        self._conn.execute(
+            "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
+            "indexed_at, model_id, ctime_ns, inode) VALUES (:id, :key, :size, :mtime_ns, "
+            ":sha256, :width, :height, :format, :indexed_at, :model_id, :ctime_ns, :inode)",
+            {"ctime_ns": None, "inode": None, **record, "key": key, "id": image_id},
         )
-        assert cur.lastrowid is not None
-        image_id = int(cur.lastrowid)
-        if vector is not None:
+        located = list(items) or [("image", None, None, vector)]  # a photo
+        for n, (kind, t, box, vec) in enumerate(located):
+            item_id = image_id + n  # next_image_id: no id at or past image_id was ever used
+            x0, y0, x1, y1 = box if box is not None else (None, None, None, None)
             self._conn.execute(
-                "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
-                (image_id, vector_to_blob(vector)),
+                "INSERT INTO items(id, image_id, kind, t, x0, y0, x1, y1) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (item_id, image_id, kind, t, x0, y0, x1, y1),
             )
+            if vec is not None:
+                self._conn.execute(
+                    "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
+                    (item_id, vector_to_blob(vec)),
+                )
         self._conn.execute("DELETE FROM skipped WHERE path = ?", (key,))
         return image_id
 
     def insert_images(self, records: Sequence[dict], vectors: np.ndarray) -> None:
-        """Rows with the ids given (``id`` in each record) and their embeddings, in bulk."""
+        """Rows with the ids given (``id`` in each record: the file's and its one 'image'
+        item's) and their embeddings, in bulk."""
         self._conn.executemany(
             "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
             "indexed_at, model_id) VALUES (:id, :key, :size, :mtime_ns, :sha256, :width, "
             ":height, :format, :indexed_at, :model_id)",
             ({**r, "key": _key(r["path"])} for r in records),
         )
+        self._conn.executemany(
+            "INSERT INTO items(id, image_id, kind) VALUES (?, ?, 'image')",
+            ((int(r["id"]), int(r["id"])) for r in records),
+        )
         if self._vfile is not None:
             # Rows first: an id clash fails here, before the file row of a committed id is touched.
             self._conn.executemany(
-                "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
+                "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
                 ((int(r["id"]), b"") for r in records),
             )
             self._vfile.write(np.array([int(r["id"]) for r in records], np.int64), vectors)
             return
         self._conn.executemany(
-            "INSERT INTO embeddings(image_id, vector) VALUES (?, ?)",
+            "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
             ((int(r["id"]), vector_to_blob(v)) for r, v in zip(records, vectors, strict=True)),
         )
 
@@ -776,20 +859,45 @@ class Catalog:
             if len(rows):
                 self.insert_images(rows, vectors)
             seq = max(salvaged.next_id - 1, self.max_image_id())
-            if not self._conn.execute(
-                "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'images'", (seq,)
-            ).rowcount:
-                self._conn.execute(
-                    "INSERT INTO sqlite_sequence(name, seq) VALUES ('images', ?)", (seq,)
-                )
+            for table in ("images", "items"):  # ids of files and items share one counter
+                if not self._conn.execute(
+                    "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, table)
+                ).rowcount:
+                    self._conn.execute(
+                        "INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table, seq)
+                    )
 
-    def set_embedding(self, image_id: int, vector: np.ndarray) -> None:
-        self._doom([image_id])  # a float32 blob from now on: a file row it had is dead
+    def set_embedding(self, item_id: int, vector: np.ndarray) -> None:
+        self._doom([item_id])  # a float32 blob from now on: a file row it had is dead
         self._conn.execute(
-            "INSERT INTO embeddings(image_id, vector) VALUES (?, ?) "
-            "ON CONFLICT(image_id) DO UPDATE SET vector = excluded.vector",
-            (image_id, vector_to_blob(vector)),
+            "INSERT INTO embeddings(item_id, vector) VALUES (?, ?) "
+            "ON CONFLICT(item_id) DO UPDATE SET vector = excluded.vector",
+            (item_id, vector_to_blob(vector)),
         )
+
+    def _items_of(self, file_ids: Iterable[int]) -> list[int]:
+        """The ids of these files' items."""
+        out: list[int] = []
+        for chunk in _chunks(file_ids):
+            rows = self._conn.execute(
+                f"SELECT id FROM items WHERE image_id IN ({_marks(chunk)})", chunk
+            )
+            out.extend(int(r[0]) for r in rows)
+        return out
+
+    def file_vectors(self, file_ids: Iterable[int]) -> dict[int, np.ndarray]:
+        """file id -> the vector of its 'image' item, for the files that have one (what a
+        copy of the same bytes reuses instead of embedding them again)."""
+        item_of: dict[int, int] = {}
+        for chunk in _chunks(file_ids):
+            for item_id, image_id in self._conn.execute(
+                f"SELECT id, image_id FROM items WHERE kind = 'image' AND image_id IN "
+                f"({_marks(chunk)})",
+                chunk,
+            ):
+                item_of[int(item_id)] = int(image_id)
+        ids, vecs = self.vectors_for(item_of)
+        return {item_of[int(i)]: v for i, v in zip(ids, vecs, strict=True)}
 
     def relink(
         self,
@@ -802,10 +910,11 @@ class Catalog:
     ) -> None:
         """The file moved (same content): the row keeps its id and vector under the new path."""
         key = _key(path)
-        gone = self._conn.execute(
-            "DELETE FROM images WHERE path = ? AND id != ? RETURNING id", (key, image_id)
+        other = self._conn.execute(
+            "SELECT id FROM images WHERE path = ? AND id != ?", (key, image_id)
         ).fetchall()
-        self._doom(r[0] for r in gone)
+        self._doom(self._items_of(r[0] for r in other))
+        self._conn.execute("DELETE FROM images WHERE path = ? AND id != ?", (key, image_id))
         self._conn.execute(
             "UPDATE images SET path = ?, size = ?, mtime_ns = ?, ctime_ns = ?, inode = ? "
             "WHERE id = ?",
@@ -828,11 +937,16 @@ class Catalog:
         )
 
     def delete_images(self, ids: Iterable[int]) -> int:
+        """Delete these files' rows, with their items and the items' embeddings."""
         n = 0
         ids = list(ids)
-        self._doom(ids)
+        self._doom(self._items_of(ids))
         for chunk in _chunks(ids):
-            self._conn.execute(f"DELETE FROM embeddings WHERE image_id IN ({_marks(chunk)})", chunk)
+            self._conn.execute(
+                "DELETE FROM embeddings WHERE item_id IN "
+                f"(SELECT id FROM items WHERE image_id IN ({_marks(chunk)}))",
+                chunk,
+            )
             n += self._conn.execute(
                 f"DELETE FROM images WHERE id IN ({_marks(chunk)})", chunk
             ).rowcount
@@ -853,8 +967,9 @@ class Catalog:
             "mtime_ns = excluded.mtime_ns, seen_at = excluded.seen_at",
             (key, reason, size, mtime_ns, when),
         )
-        gone = self._conn.execute("DELETE FROM images WHERE path = ? RETURNING id", (key,))
-        self._doom(r[0] for r in gone.fetchall())
+        gone = self._conn.execute("SELECT id FROM images WHERE path = ?", (key,)).fetchall()
+        self._doom(self._items_of(r[0] for r in gone))
+        self._conn.execute("DELETE FROM images WHERE path = ?", (key,))
 
     def record_skips(self, skips: Iterable[tuple[str, str, int | None, int | None, str]]) -> None:
         """Bulk record_skip for (path, reason, size, mtime_ns, when) of files with no row."""
@@ -882,8 +997,9 @@ class Catalog:
         return self._db["labels"].exists()
 
     def store_labels(self, rows: Iterable[tuple[int, str, float, str, str]]) -> int:
-        """(image_id, label, probability, template, model_id) rows, replacing earlier ones
-        with the same key; rows of images no longer in the catalog are dropped. Returns
+        """(item_id, label, probability, template, model_id) rows, stored for the item's
+        file (labels are per file) and replacing earlier ones with the same key; rows of
+        items no longer in the catalog are dropped. Returns
         the number written. Call inside transaction()."""
         if self.readonly:
             raise CatalogReadOnly(f"{self.path}: opened read-only")
@@ -891,8 +1007,8 @@ class Catalog:
         try:
             self._conn.executemany(
                 "INSERT OR REPLACE INTO labels(image_id, label, probability, template, model_id) "
-                "SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM images WHERE id = ?)",
-                ((i, label, p, t, m, i) for i, label, p, t, m in rows),
+                "SELECT image_id, ?, ?, ?, ? FROM items WHERE id = ?",
+                ((label, p, t, m, i) for i, label, p, t, m in rows),
             )
         except sqlite3.OperationalError as exc:
             if "readonly" in str(exc) or "read-only" in str(exc):
@@ -979,19 +1095,34 @@ class Catalog:
         return written
 
     def hit_rows(self, ids: Iterable[int]) -> dict[int, dict]:
-        """rows_by_ids plus the photo columns (taken, taken_offset, make, model, lens, lat,
-        lon; None where unknown): what a search hit shows."""
-        out = self.rows_by_ids(ids)
-        for row in out.values():
-            row.update(dict.fromkeys(_PHOTO_HIT_COLUMNS))
-        if not out or not self.has_photos():
-            return out
-        cols = ", ".join(_PHOTO_HIT_COLUMNS)
-        for chunk in _chunks(out):
+        """item id -> its file's row (as rows_by_ids gives it: ``id`` is the file's id) plus
+        the item (item_id, kind, t, box: [x0, y0, x1, y1] or None) and the photo columns
+        (taken, taken_offset, make, model, lens, lat, lon; None where unknown): what a search
+        hit shows. Item ids not in the catalog are left out."""
+        items: dict[int, tuple] = {}
+        for chunk in _chunks(ids):
             for r in self._conn.execute(
-                f"SELECT image_id, {cols} FROM photos WHERE image_id IN ({_marks(chunk)})", chunk
+                f"SELECT id, image_id, kind, t, x0, y0, x1, y1 FROM items WHERE id IN "
+                f"({_marks(chunk)})",
+                chunk,
             ):
-                out[r[0]].update(zip(_PHOTO_HIT_COLUMNS, r[1:], strict=True))
+                items[int(r[0])] = r
+        files = self.rows_by_ids({r[1] for r in items.values()})
+        for row in files.values():
+            row.update(dict.fromkeys(_PHOTO_HIT_COLUMNS))
+        if files and self.has_photos():
+            cols = ", ".join(_PHOTO_HIT_COLUMNS)
+            for chunk in _chunks(files):
+                for r in self._conn.execute(
+                    f"SELECT image_id, {cols} FROM photos WHERE image_id IN ({_marks(chunk)})",
+                    chunk,
+                ):
+                    files[r[0]].update(zip(_PHOTO_HIT_COLUMNS, r[1:], strict=True))
+        out: dict[int, dict] = {}
+        for item_id, (_, file_id, kind, t, *box) in items.items():
+            if file_id in files:
+                located = (item_id, kind, t, None if box[0] is None else [*box])
+                out[item_id] = {**files[file_id], **dict(zip(_ITEM_COLUMNS, located))}
         return out
 
     def photo_matches(
@@ -1001,7 +1132,7 @@ class Catalog:
         camera: str | None = None,
         box: tuple[float, float, float, float] | None = None,
     ) -> list[tuple[int, float | None, float | None]]:
-        """(id, lat, lon) of every embedded image that passes the photo filters.
+        """(item id, lat, lon) of every embedded item whose file passes the photo filters.
 
         taken_from <= taken < taken_before, compared as 'YYYY-MM-DD HH:MM:SS' text, where
         taken is the EXIF time, else the file's mtime in local time; camera: a substring of
@@ -1013,9 +1144,10 @@ class Catalog:
             return []  # nothing read yet: no image has a camera or a position
         taken = _TAKEN if photos else _TAKEN.replace("p.taken", "NULL")
         sql = (
-            "SELECT i.id, "
+            "SELECT it.id, "
             + ("p.lat, p.lon" if photos else "NULL, NULL")
-            + " FROM images i JOIN embeddings e ON e.image_id = i.id"
+            + " FROM images i JOIN items it ON it.image_id = i.id"
+            + " JOIN embeddings e ON e.item_id = it.id"
             + (" LEFT JOIN photos p ON p.image_id = i.id" if photos else "")
             + " WHERE 1 = 1"
         )
@@ -1048,9 +1180,25 @@ class Catalog:
         return None if result == "ok" else result
 
     def orphan_embeddings(self) -> int:
-        """Embeddings whose image row is gone (foreign keys should make this 0)."""
+        """Embeddings whose item, or the item's file row, is gone (foreign keys should make
+        this 0)."""
         return self._conn.execute(
-            "SELECT count(*) FROM embeddings e LEFT JOIN images i ON i.id = e.image_id WHERE i.id IS NULL"
+            "SELECT count(*) FROM embeddings e LEFT JOIN items it ON it.id = e.item_id "
+            "LEFT JOIN images i ON i.id = it.image_id WHERE i.id IS NULL"
+        ).fetchone()[0]
+
+    def orphan_items(self) -> int:
+        """Items whose file row is gone (foreign keys should make this 0)."""
+        return self._conn.execute(
+            "SELECT count(*) FROM items it LEFT JOIN images i ON i.id = it.image_id "
+            "WHERE i.id IS NULL"
+        ).fetchone()[0]
+
+    def files_without_items(self) -> int:
+        """File rows that yield no item (every indexed file yields at least one)."""
+        return self._conn.execute(
+            "SELECT count(*) FROM images i WHERE NOT EXISTS "
+            "(SELECT 1 FROM items it WHERE it.image_id = i.id)"
         ).fetchone()[0]
 
     def misshapen_embeddings(self, dim: int) -> int:

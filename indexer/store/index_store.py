@@ -229,6 +229,13 @@ class IndexStore:
         orphans = cat.orphan_embeddings()
         if orphans:
             rep.fail(f"{orphans} embeddings without a catalog row")
+        if cat.has_items():  # a read-only catalog from before items sees one per image
+            lost = cat.orphan_items()
+            if lost:
+                rep.fail(f"{lost} items without a file row")
+            bare = cat.files_without_items()
+            if bare:
+                rep.fail(f"{bare} files in the catalog yield no item")
         dim = int(cat.get_meta("dim", 0) or 0)
         bad_dim = cat.misshapen_embeddings(dim)
         if cat.count_embedded() and bad_dim:

@@ -188,12 +188,60 @@ def m004_file_identity(db: sqlite_utils.Database) -> None:
     _set_version(db, 4)
 
 
-SCHEMA_VERSION = 4  # the number of the last step above
+# A file (a row of images) yields items, each with its own vector: a photo one item of
+# kind 'image'; a video's frames ('frame', at t seconds) and a photo's regions ('region',
+# a box) are what other kinds are for. FAISS ids are item ids. Item ids and file ids come
+# from one counter (Catalog.next_image_id), so a photo's item has its file's id.
+_ITEMS = """
+CREATE TABLE items (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- the FAISS id, never reused (AUTOINCREMENT)
+    image_id INTEGER NOT NULL REFERENCES images(id) ON DELETE CASCADE,
+    kind TEXT NOT NULL,    -- 'image' | 'frame' | 'region'
+    t REAL,                -- frame: seconds from the start of the video
+    x0 REAL, y0 REAL, x1 REAL, y1 REAL  -- region: its box in the file's pixels
+);
+CREATE INDEX items_image ON items(image_id);
+CREATE TABLE embeddings_v4 (
+    item_id INTEGER PRIMARY KEY REFERENCES items(id) ON DELETE CASCADE,
+    vector BLOB NOT NULL
+)
+"""
+
+
+@MIGRATIONS()
+def m005_items(db: sqlite_utils.Database) -> None:
+    """Files yield items: each image row gets one item of kind 'image' whose id is the
+    image's id, and embeddings are keyed by item id, their vectors copied as they are.
+    FAISS (and vectors.f16) hold the same ids, so they stay current."""
+    for statement in _ITEMS.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.execute("INSERT INTO items(id, image_id, kind) SELECT id, id, 'image' FROM images")
+    seq = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'images'").fetchone()
+    if seq is not None:  # deleted images' ids are FAISS ids that must never come back
+        db.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'items'", (seq[0],))
+        if not db.execute("SELECT 1 FROM sqlite_sequence WHERE name = 'items'").fetchone():
+            db.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('items', ?)", (seq[0],))
+    db.execute("INSERT INTO embeddings_v4(item_id, vector) SELECT image_id, vector FROM embeddings")
+    db.execute("DROP TABLE embeddings")
+    db.execute("ALTER TABLE embeddings_v4 RENAME TO embeddings")
+    broken = db.execute("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise sqlite3.IntegrityError(f"foreign keys broken by the items migration: {broken[:3]}")
+    _set_version(db, 5)
+
+
+SCHEMA_VERSION = 5  # the number of the last step above
 
 
 def pending(db: sqlite_utils.Database) -> list[str]:
     """Names of the steps not yet applied (reads only)."""
     return [m.name for m in MIGRATIONS.pending(db)]
+
+
+def has_items(db: sqlite_utils.Database) -> bool:
+    """Whether files yield items (m004 applied) rather than one image row being one vector."""
+    return m005_items.__name__ not in pending(db)
 
 
 def paths_are_bytes(db: sqlite_utils.Database) -> bool:

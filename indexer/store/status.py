@@ -15,7 +15,9 @@ from wherein.indexer.store.index_store import IndexStore
 @dataclass
 class IndexStatus:
     index: str
-    images: int  # with a vector: searchable
+    images: int  # items with a vector: what search can find
+    files: int  # indexed files (catalog rows)
+    items: int  # what the files yield (a photo: one)
     catalog_rows: int
     skipped: list[dict[str, str]]  # {"path", "reason"}
     model_id: str | None
@@ -36,8 +38,10 @@ class IndexStatus:
         out: dict[str, Any] = {
             "index": self.index,
             "images": self.images,
+            "files": self.files,
+            "items": self.items,
             "catalog_rows": self.catalog_rows,
-            "pending": self.catalog_rows - self.images,
+            "pending": self.items - self.images,
             "skipped_count": len(self.skipped),
             "skipped": self.skipped,
             "model_id": self.model_id,
@@ -76,6 +80,8 @@ def index_status(store: IndexStore) -> IndexStatus:
     return IndexStatus(
         index=str(store.dir),
         images=cat.count_embedded(),
+        files=cat.count_images(),
+        items=cat.count_items(),
         catalog_rows=cat.count_images(),
         skipped=[{"path": s["path"], "reason": s["reason"]} for s in cat.skipped()],
         model_id=cat.get_meta("model_id"),

@@ -180,37 +180,37 @@ def _describe(
 ) -> list[tuple[dict, float, str]]:
     """[(row, cosine with keeper, 'keeper' | 'exact' | 'near')], keeper first, then by cosine
     (see wherein.search.ranking), then by id."""
-    rows = cat.hit_rows(ids)
+    rows = cat.hit_rows(ids)  # keyed by item id: vectors and pairs are the items'
     present = [rows[i] for i in ids if i in rows]
     if not present:
         return []
     keeper = min(present, key=lambda r: _keeper_key(r, os.path.exists(r["path"])))
-    got, vecs = cat.vectors_for([r["id"] for r in present])
+    got, vecs = cat.vectors_for([r["item_id"] for r in present])
     vec_of = dict(zip(got.tolist(), unit_rows(vecs))) if len(got) else {}
     # Exact copies share one vector: use any of them when the keeper's own is pending.
     kvec = (
-        vec_of.get(keeper["id"])
-        if keeper["id"] in vec_of
+        vec_of.get(keeper["item_id"])
+        if keeper["item_id"] in vec_of
         else next(
             (
-                vec_of[r["id"]]
+                vec_of[r["item_id"]]
                 for r in present
-                if r["sha256"] == keeper["sha256"] and r["id"] in vec_of
+                if r["sha256"] == keeper["sha256"] and r["item_id"] in vec_of
             ),
             None,
         )
     )
     out = []
     for r in present:
-        if r["id"] == keeper["id"]:
+        if r["item_id"] == keeper["item_id"]:
             out.append((r, 1.0, "keeper"))
         elif r["sha256"] == keeper["sha256"]:
             out.append((r, 1.0, "exact"))
-        elif kvec is not None and r["id"] in vec_of:
-            cos = float(exact_scores(vec_of[r["id"]], kvec))
+        elif kvec is not None and r["item_id"] in vec_of:
+            cos = float(exact_scores(vec_of[r["item_id"]], kvec))
             out.append((r, float(np.clip(cos, -1.0, 1.0)), "near"))
         else:
-            best = max((s for (a, b), s in pairs.items() if r["id"] in (a, b)), default=0.0)
+            best = max((s for (a, b), s in pairs.items() if r["item_id"] in (a, b)), default=0.0)
             out.append((r, best, "near"))
     # Equal cosines (to SCORE_DECIMALS) by id: last-bit differences between CPUs must not
     # reorder a group.

@@ -272,3 +272,46 @@ def test_snapshot_holds_one_view_while_another_connection_commits(cat, tmp_path)
         assert cat.count_images() == before == 1
     assert cat.count_images() == 2
     writer.close()
+
+
+def test_a_file_yields_items_each_with_its_vector_and_locator(cat):
+    from wherein.schemas.records import Hit
+
+    (photo,) = add(cat, "/p/photo.png")
+    with cat.transaction():
+        video = cat.insert_image(
+            rec("/p/clip.mp4", 7),
+            None,
+            items=[("frame", 0.0, None, vec(1)), ("frame", 2.5, None, vec(2))],
+        )
+        region = cat.insert_image(
+            rec("/p/big.png", 8), None, items=[("region", None, (10, 20, 110, 220), vec(3))]
+        )
+    frames = [video, video + 1]
+    assert cat.count_images() == 3 and cat.count_items() == 4 == cat.count_embedded()
+    assert region == video + 2 and cat.next_image_id() == region + 1  # ids shared, never reused
+    assert cat.embedded_ids().tolist() == [photo, *frames, region]
+    rows = cat.hit_rows([frames[1], region, photo])
+    assert [rows[frames[1]][k] for k in ("id", "item_id", "kind", "t", "box")] == [
+        video,
+        frames[1],
+        "frame",
+        2.5,
+        None,
+    ]
+    assert rows[region]["box"] == [10, 20, 110, 220] and rows[region]["path"] == "/p/big.png"
+    hits = {i: Hit.from_row(rows[i], 1, 0.5).to_dict() for i in rows}
+    assert {k: hits[photo][k] for k in ("id", "item_id", "kind", "time", "box")} == {
+        "id": photo,
+        "item_id": photo,
+        "kind": "photo",
+        "time": None,
+        "box": None,
+    }
+    assert (hits[frames[1]]["kind"], hits[frames[1]]["time"]) == ("frame", 2.5)
+    assert sorted(i for i, _ in cat.embedded_paths(["/p"])) == [photo, *frames, region]
+    assert cat.known_files()["/p/clip.mp4"][4]  # embedded: its items have vectors
+    with cat.transaction():
+        assert cat.delete_images([video]) == 1
+    assert cat.vectors_for(frames)[0].size == 0 and cat.count_items() == 2
+    assert cat.orphan_items() == cat.files_without_items() == cat.orphan_embeddings() == 0

@@ -25,7 +25,7 @@ from wherein.indexer.store import migrations
 from wherein.indexer.store.catalog import SCHEMA_VERSION, Catalog
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "index_v1"
-STEPS = ["m001_initial", "m002_paths_as_bytes", "m003_photos", "m004_file_identity"]
+STEPS = ["m001_initial", "m002_paths_as_bytes", "m003_photos", "m004_file_identity", "m005_items"]
 
 
 @pytest.fixture()
@@ -64,7 +64,7 @@ def test_first_open_migrates_in_place_keeping_every_row_and_vector(v1):
     before_meta = dict(raw(db, "SELECT key, value FROM meta"))
     before_labels = sorted(raw(db, "SELECT * FROM labels"))
     cat = Catalog(db)
-    assert cat.migrated == STEPS and cat.schema_version == SCHEMA_VERSION == 4
+    assert cat.migrated == STEPS and cat.schema_version == SCHEMA_VERSION == 5
     assert cat.rows_by_ids(before_rows) == before_rows
     ids, vecs = cat.vectors_for(before_vecs)
     assert len(ids) == len(before_vecs) == 9

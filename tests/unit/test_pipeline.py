@@ -72,6 +72,37 @@ def test_pipeline_keeps_order_embeds_in_tower_batches_and_prefetches_boundedly()
     assert all(n == 4 for n in tower.calls[:-1])  # full tower batches; a tail only at the end
 
 
+def test_the_tower_batches_items_not_files():
+    # A file that yields several items sends each through the tower; full batches of items,
+    # a file's items split across two runs where a batch boundary falls.
+    sizes = {0: 1, 1: 3, 2: 0, 3: 2, 4: 1, 5: 5}  # items per file; 0: needs no model
+    px = {
+        f: np.stack([np.full(3, 10 * f + j, np.float32) for j in range(max(n, 1))])
+        for f, n in sizes.items()
+    }
+
+    def route(f: int, loaded: np.ndarray) -> Step[int]:
+        if not sizes[f]:
+            return Step(f)
+        return Step(f, loaded[0] if sizes[f] == 1 else list(loaded))  # a photo: one array
+
+    committed: dict[int, np.ndarray | None] = {}
+
+    def commit(steps: list[Step[int]]) -> None:
+        for s in steps:
+            assert s.pixels is None  # every item went through the tower before the commit
+            committed[s.item] = s.vector
+
+    tower = FakeTower(batch_size=4)
+    run_pipeline(list(sizes), px.__getitem__, route, commit, tower, workers=2)
+    assert tower.calls == [4, 4, 4]  # 12 items, whatever the files
+    assert committed[2] is None
+    for f in (0, 4):
+        np.testing.assert_array_equal(committed[f], px[f][0, :2] * 10.0)
+    for f in (1, 3, 5):
+        np.testing.assert_array_equal(committed[f], px[f][:, :2] * 10.0)
+
+
 def test_commit_policy():
     p = CommitPolicy(every=32, model_seconds=2.0, quick_every=256, seconds=10.0)
     assert not p.due(5, 0, 1.0, 1.0)
