@@ -155,6 +155,8 @@ class VectorIndex:
         # a damaged vectors.json can hold any shape (TypeError, KeyError, AttributeError)
         except (*unreadable, AttributeError):
             return False
+        if not self.faiss_path.is_file():  # a crash before its first save: only behind
+            return False
         try:
             index = read_index_file(self.faiss_path, ondisk)
         except FileNotFoundError:

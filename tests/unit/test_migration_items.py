@@ -104,8 +104,8 @@ def test_status_check_passes_and_counts_files_and_items(v3):
     before = vector_files(v3)
     res = CliRunner().invoke(cli, ["status", "--check", "--json", "--index", str(v3)])
     assert res.exit_code == 0, res.output
-    info = json.loads(res.output)
-    assert info["check"] == {"ok": True, "problems": [], "repaired": []}
+    info = json.loads(res.stdout)
+    assert info["check"] == {"ok": True, "problems": [], "repaired": [], "to_repair": []}
     assert info["schema_version"] == 5 and info["vectors_current"]
     assert info["files"] == info["items"] == info["images"] == 8 and info["pending"] == 0
     assert vector_files(v3) == before  # nothing re-embedded or rebuilt
@@ -121,7 +121,7 @@ def test_status_check_finds_a_file_without_items(v3):
     conn.close()
     res = CliRunner().invoke(cli, ["status", "--check", "--json", "--index", str(v3)])
     assert res.exit_code != 0
-    problems = json.loads(res.output)["check"]["problems"]
+    problems = json.loads(res.stdout)["check"]["problems"]
     assert "1 files in the catalog yield no item" in problems
 
 

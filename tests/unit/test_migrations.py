@@ -72,7 +72,7 @@ def test_first_open_migrates_in_place_keeping_every_row_and_vector(v1):
         assert v.astype("<f4").tobytes() == before_vecs[i]
     assert [tuple(s.values()) for s in cat.skipped()] == before_skips
     assert {k: cat.get_meta(k) for k in before_meta} == {
-        k: json.loads(v) if k != "schema_version" else 4 for k, v in before_meta.items()
+        k: json.loads(v) if k != "schema_version" else 5 for k, v in before_meta.items()
     }
     # m004: each row's ctime and inode unknown (trusted on size and mtime until read again)
     assert {k[:2] for k in cat.known_files().values()} == {
