@@ -91,7 +91,7 @@ class Sampling:
         # when it arrives (variable frame rates, skipped non-keyframes).
         pending: tuple[float, VideoFrame] | None = None
         try:
-            for frame in container.decode(stream):
+            for frame in self._decoded(container, stream):
                 if frame.pts is None or frame.time is None:
                     continue
                 if frame.is_corrupt:
@@ -132,6 +132,13 @@ class Sampling:
         tail = float(gaps.max()) if self.keyframes_only else 1 / fps
         if self.damage is None and duration and t < duration - tail - max(1 / fps, 0.5):
             self.damage = f"stream ends at {t:.1f} s of {duration:.1f} s (truncated file?)"
+
+    def _decoded(self, container, stream: VideoStream) -> Iterator[VideoFrame]:
+        for packet in container.demux(stream):
+            # The decoder would drop them (skip_frame) but still take them in, one by one.
+            if self.keyframes_only and packet.size and not packet.is_keyframe:
+                continue
+            yield from packet.decode()
 
     def _pixels(self, frame: VideoFrame) -> np.ndarray:
         w, h = display_size(frame)
