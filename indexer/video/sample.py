@@ -46,8 +46,8 @@ class Frame:
 
 class Sampling:
     """Iterate for the sampled frames; afterwards `damage` says why the rest of the video was
-    skipped (None when the whole stream decoded), `decoded` counts the decoded frames and
-    `keyframes_only` says which way it decoded."""
+    skipped (None when the whole stream decoded), `decoded` counts the decoded frames,
+    `packets` the packets given to the decoder, and `keyframes_only` says which way it decoded."""
 
     def __init__(
         self,
@@ -63,6 +63,7 @@ class Sampling:
         self.long_side, self.scene_cut = long_side, scene_cut
         self.damage: str | None = None
         self.decoded = 0
+        self.packets = 0  # handed to the decoder
         self.keyframes_only = False
         self.duration = 0.0
 
@@ -138,6 +139,7 @@ class Sampling:
             # The decoder would drop them (skip_frame) but still take them in, one by one.
             if self.keyframes_only and packet.size and not packet.is_keyframe:
                 continue
+            self.packets += 1
             yield from packet.decode()
 
     def _pixels(self, frame: VideoFrame) -> np.ndarray:
