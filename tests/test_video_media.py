@@ -312,3 +312,25 @@ def test_damage_in_the_middle_keeps_the_frames_before_it(tmp_path):
     for f in frames:
         assert close(colour_of(f), segments(f.time)[0, 0])
     assert sampling.damage and ("skipped" in sampling.damage or "truncated" in sampling.damage)
+
+
+def test_a_video_stream_that_decodes_to_nothing_is_a_clear_skip(tmp_path):
+    path = tmp_path / "v.mp4"
+    with av.open(str(path), "w", options={"movflags": "faststart"}) as out:  # moov first
+        stream = out.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
+        for i in range(40):
+            frame = av.VideoFrame.from_ndarray(segments(i / 10), format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"mdat") + 4
+    data[at:] = bytes(len(data) - at)  # the index is intact, the pictures are gone
+    path.write_bytes(bytes(data))
+    with pytest.raises(VideoError, match="no decodable video frame"):
+        probe(path)
+    with pytest.raises(VideoError, match="no decodable video frame"):
+        list(sample(path))

@@ -128,8 +128,12 @@ class Sampling:
                     if taken >= self.max_frames:
                         return
         except (av.FFmpegError, OSError, ValueError) as exc:
+            if taken == 0:  # nothing to index: the file is a skip, as probe says
+                raise VideoError(f"no decodable video frame ({_reason(exc)})") from None
             self.damage = f"corrupt stream after {t:.1f} s ({_reason(exc)}); the rest is skipped"
             return
+        if taken == 0:
+            raise VideoError(self.damage or "no decodable video frame")
         tail = float(gaps.max()) if self.keyframes_only else 1 / fps
         if self.damage is None and duration and t < duration - tail - max(1 / fps, 0.5):
             self.damage = f"stream ends at {t:.1f} s of {duration:.1f} s (truncated file?)"
