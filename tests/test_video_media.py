@@ -272,6 +272,10 @@ def test_frame_at_a_time_is_the_frame_shown_then(tmp_path):
     assert close(colour_of(frame_at(path, 11.5)), GREEN)
     with pytest.raises(VideoError, match="outside the video"):
         frame_at(path, 60)
+    # A sampled frame's time fetches that frame again (what `wherein mask VIDEO --time` does).
+    for f in sample(path, every=3):
+        again = frame_at(path, f.time)
+        assert again.time == f.time and close(colour_of(again), colour_of(f), tol=2)
 
 
 def test_a_truncated_stream_keeps_the_frames_before_the_damage(tmp_path):
