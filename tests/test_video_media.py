@@ -132,6 +132,10 @@ def test_probe_reads_size_rate_duration_time_and_place(tmp_path):
     assert info.fps == 10 and info.duration == pytest.approx(3.0, abs=0.15)
     assert (info.taken, info.taken_offset) == ("2024-06-01 10:20:30", "+00:00")
     assert (info.lat, info.lon) == (48.8584, 2.2945)
+    # Apple's creationdate keeps the local clock and its offset: it wins over the UTC time.
+    meta["com.apple.quicktime.creationdate"] = "2024-06-01T12:20:30+0200"
+    info = probe(write_video(tmp_path / "a.mov", segments, seconds=1, metadata=meta))
+    assert (info.taken, info.taken_offset) == ("2024-06-01 12:20:30", "+02:00")
 
 
 def test_iso6709_forms():
@@ -224,20 +228,23 @@ def test_variable_frame_rate_times_come_from_the_timestamps(tmp_path):
     assert close(colour_of(frames[-1]), BLUE)
 
 
-def test_a_rotated_phone_video_comes_out_as_a_player_shows_it(tmp_path):
+@pytest.mark.parametrize(("rotation", "red_side"), [(90, "left"), (-90, "right")])
+def test_a_rotated_phone_video_comes_out_as_a_player_shows_it(tmp_path, rotation, red_side):
     def top_red_bottom_blue(t: float) -> np.ndarray:
         a = solid(BLUE)
         a[: H // 2] = RED
         return a
 
-    path = write_video(tmp_path / "v.mp4", top_red_bottom_blue, seconds=2, rotation=90)
+    # -90 is what an iPhone held upright writes: the stored top is shown on the right.
+    path = write_video(tmp_path / "v.mp4", top_red_bottom_blue, seconds=2, rotation=rotation)
     info = probe(path)
-    assert (info.width, info.height, info.rotation) == (H, W, 90)
-    # Turned 90 degrees counter-clockwise: the stored top (red) is now the left side.
+    assert (info.width, info.height, info.rotation) == (H, W, rotation % 360)
     for f in (next(iter(sample(path))), frame_at(path, 1.0)):
         assert f.array.shape == (W, H, 3)
-        assert close(f.array[:, : H // 2 - 4].reshape(-1, 3).mean(0), RED)
-        assert close(f.array[:, H // 2 + 4 :].reshape(-1, 3).mean(0), BLUE)
+        left = f.array[:, : H // 2 - 4].reshape(-1, 3).mean(0)
+        right = f.array[:, H // 2 + 4 :].reshape(-1, 3).mean(0)
+        assert close(left, RED if red_side == "left" else BLUE)
+        assert close(right, BLUE if red_side == "left" else RED)
 
 
 def test_ten_bit_video_becomes_8_bit_rgb(tmp_path):
