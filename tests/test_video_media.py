@@ -175,11 +175,11 @@ def test_empty_and_audio_only_files_say_why(tmp_path):
 
 
 def test_frames_at_known_times_show_what_was_drawn(tmp_path):
-    path = write_video(tmp_path / "v.mp4", segments, seconds=12)
+    path = write_video(tmp_path / "v.mp4", segments, seconds=12.1)  # the last frame at 12 s
     frames = list(sample(path, every=2))
-    # Decoded frame by frame (one keyframe): every 2 s exactly; the frames at the colour
-    # changes (4 s, 8 s) are the first of their colour.
-    assert [round(f.time, 3) for f in frames] == [0, 2, 4, 6, 8, 10]
+    # Decoded frame by frame (one keyframe): every 2 s exactly, the last frame included; the
+    # frames at the colour changes (4 s, 8 s) are the first of their colour.
+    assert [round(f.time, 3) for f in frames] == [0, 2, 4, 6, 8, 10, 12]
     for f in frames:
         assert close(colour_of(f), segments(f.time)[0, 0]), (f.time, colour_of(f))
     assert frames[0].array.shape == (H, W, 3) and frames[0].array.dtype == np.uint8

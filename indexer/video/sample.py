@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
@@ -86,11 +86,8 @@ class Sampling:
         stream.thread_type = "AUTO"
         start = float(stream.start_time * time_base(stream)) if stream.start_time else 0.0
         fps = float(stream.average_rate or stream.guessed_rate or 30)
-        taken, target, last_t, t = 0, 0.0, -np.inf, 0.0
-        last_sig: np.ndarray | None = None
-        # The latest decoded frame not after the target: the next frame's time is known only
-        # when it arrives (variable frame rates, skipped non-keyframes).
-        pending: tuple[float, VideoFrame] | None = None
+        schedule = _Schedule(every, grid, self.max_frames)
+        t, last_sig = 0.0, None
         try:
             for frame in self._decoded(container, stream):
                 if frame.pts is None or frame.time is None:
@@ -105,34 +102,16 @@ class Sampling:
                 sig = _signature(frame)
                 scene = last_sig is not None and _diff(sig, last_sig) > self.scene_cut
                 last_sig = sig
-                picks: list[tuple[float, VideoFrame, str]] = []
-                if taken == 0:
-                    picks.append((t, frame, "first"))
-                else:
-                    if t > target + _EPS and pending is not None:
-                        picks.append((*pending, "interval"))
-                        last_t = pending[0]
-                        pending = None
-                        target = (taken + 1) * grid if grid else last_t + every
-                    near_slot = not grid or target - t < grid / 2
-                    if t > target + _EPS or abs(t - target) <= _EPS:
-                        picks.append((t, frame, "interval"))  # at the target, or none nearer
-                    elif scene and t - last_t >= SCENE_GAP and near_slot:
-                        picks.append((t, frame, "scene"))
-                    else:
-                        pending = (t, frame)
-                for when, picked, reason in picks:
+                for when, picked, reason in schedule.offer(t, frame, scene):
                     yield Frame(when, self._pixels(picked), reason)
-                    taken, last_t, pending = taken + 1, when, None
-                    target = taken * grid if grid else when + every
-                    if taken >= self.max_frames:
-                        return
+                if schedule.full:
+                    return
         except (av.FFmpegError, OSError, ValueError) as exc:
-            if taken == 0:  # nothing to index: the file is a skip, as probe says
+            if not schedule.taken:  # nothing to index: the file is a skip, as probe says
                 raise VideoError(f"no decodable video frame ({_reason(exc)})") from None
             self.damage = f"corrupt stream after {t:.1f} s ({_reason(exc)}); the rest is skipped"
             return
-        if taken == 0:
+        if not schedule.taken:
             raise VideoError(self.damage or "no decodable video frame")
         tail = float(gaps.max()) if self.keyframes_only else 1 / fps
         if self.damage is None and duration and t < duration - tail - max(1 / fps, 0.5):
@@ -150,6 +129,50 @@ class Sampling:
         w, h = display_size(frame)
         scale = min(1.0, self.long_side / max(w, h))
         return _rgb(frame, max(1, round(w * scale)), max(1, round(h * scale)))
+
+
+class _Schedule:
+    """Which decoded frames become samples, told one frame at a time.
+
+    Without a grid a sample is due `every` seconds after the last one; on a long video's
+    grid, at slot k * grid. The sample for a due time is the latest frame not after it: that
+    frame is held (`pending`) until the next one shows it was the last, since the next
+    frame's time is known only when it arrives (variable frame rates, skipped non-keyframes).
+    A scene cut takes a sample at once (on a grid only when a slot is less than half a slot
+    away, so cuts never add to the count).
+    """
+
+    def __init__(self, every: float, grid: float, max_frames: int) -> None:
+        self.every, self.grid, self.max_frames = every, grid, max_frames
+        self.taken, self.due, self.last = 0, 0.0, -np.inf
+        self.pending: tuple[float, Any] | None = None
+
+    @property
+    def full(self) -> bool:
+        return self.taken >= self.max_frames
+
+    def offer(self, t: float, item: Any, scene: bool) -> list[tuple[float, Any, str]]:
+        picks = []
+        if self.taken and t > self.due + _EPS and self.pending is not None:
+            picks.append(self._take(*self.pending, "interval"))
+            if self.full:
+                return picks
+        if not self.taken:
+            picks.append(self._take(t, item, "first"))
+        elif t >= self.due - _EPS:  # at the due time, or no frame came nearer to it
+            picks.append(self._take(t, item, "interval"))
+        elif (
+            scene and t - self.last >= SCENE_GAP and (not self.grid or self.due - t < self.grid / 2)
+        ):
+            picks.append(self._take(t, item, "scene"))
+        else:
+            self.pending = (t, item)
+        return picks
+
+    def _take(self, t: float, item: Any, reason: str) -> tuple[float, Any, str]:
+        self.taken, self.last, self.pending = self.taken + 1, t, None
+        self.due = self.taken * self.grid if self.grid else t + self.every
+        return t, item, reason
 
 
 def sample(path: str | Path, **kw) -> Sampling:
