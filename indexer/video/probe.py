@@ -1,0 +1,174 @@
+"""What a video is: duration, rate, displayed size, codec, rotation, when and where.
+
+Read by PyAV from the container's header, plus one decoded frame: it proves the video
+stream decodes and carries the display matrix (rotation) as FFmpeg exports it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import av
+
+if TYPE_CHECKING:
+    from av.container import InputContainer
+    from av.video.stream import VideoStream
+
+
+class VideoError(Exception):
+    """The file is not a video wherein can read; the message is the recorded reason."""
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    duration: float  # seconds; 0.0 when the container does not say
+    fps: float  # average frame rate; 0.0 when unknown
+    width: int  # as a player shows it (rotation applied)
+    height: int
+    codec: str
+    rotation: int  # degrees counter-clockwise a player turns the stored frames (0/90/180/270)
+    taken: str | None = None  # "YYYY-MM-DD HH:MM:SS" as photometa's taken
+    taken_offset: str | None = None  # "+HH:MM"; "+00:00" for the container's UTC creation_time
+    lat: float | None = None
+    lon: float | None = None
+    container: str = ""
+
+
+def open_video(path: str | Path) -> tuple[InputContainer, VideoStream]:
+    """The container and its first video stream, or a VideoError saying why not."""
+    p = Path(path)
+    try:
+        if p.stat().st_size == 0:
+            raise VideoError("empty file")
+        container = av.open(str(p), mode="r")
+    except VideoError:
+        raise
+    except (av.FFmpegError, OSError) as exc:
+        # FFmpeg's reason in a word ("moov atom not found" is only logged; the error says
+        # "Invalid data found when processing input").
+        raise VideoError(f"unreadable video ({_reason(exc)})") from None
+    if not container.streams.video:
+        kind = "audio only" if container.streams.audio else "no streams"
+        container.close()
+        raise VideoError(f"no video stream ({kind})")
+    return container, container.streams.video[0]
+
+
+def _reason(exc: BaseException) -> str:
+    msg = getattr(exc, "strerror", None) or str(exc)
+    return str(msg).strip().rstrip(".") or type(exc).__name__
+
+
+def probe(path: str | Path) -> VideoInfo:
+    container, stream = open_video(path)
+    with container:
+        try:
+            first = next(container.decode(stream), None)
+        except (av.FFmpegError, OSError, ValueError) as exc:
+            raise VideoError(f"no decodable video frame ({_reason(exc)})") from None
+        if first is None:
+            raise VideoError("no decodable video frame")
+        rotation = int(round(first.rotation)) % 360
+        width, height = first.width, first.height
+        if rotation in (90, 270):
+            width, height = height, width
+        meta = {**stream.metadata, **container.metadata}  # the container's tags win
+        taken, offset = _taken(meta)
+        lat, lon = _location(meta)
+        return VideoInfo(
+            duration=duration_of(container, stream),
+            fps=float(stream.average_rate or stream.guessed_rate or 0.0),
+            width=width,
+            height=height,
+            codec=stream.codec_context.name,
+            rotation=rotation,
+            taken=taken,
+            taken_offset=offset,
+            lat=lat,
+            lon=lon,
+            container=container.format.name,
+        )
+
+
+def time_base(stream: VideoStream) -> Fraction:
+    # Demuxers always set one; None is only the type's default before opening.
+    return stream.time_base or Fraction(1, 90000)
+
+
+def duration_of(container: InputContainer, stream: VideoStream) -> float:
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return container.duration / av.time_base
+    return 0.0
+
+
+# Apple's creationdate keeps the local wall clock and its offset; creation_time is UTC.
+_LOCAL = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.\d+)?([+-]\d{2}):?(\d{2})$")
+
+
+def _taken(meta: dict[str, Any]) -> tuple[str | None, str | None]:
+    local = str(meta.get("com.apple.quicktime.creationdate", "")).strip()
+    m = _LOCAL.match(local)
+    if m:
+        return f"{m.group(1)} {m.group(2)}", f"{m.group(3)}:{m.group(4)}"
+    created = str(meta.get("creation_time", "")).strip()
+    try:
+        when = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except ValueError:
+        return None, None
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC)
+    if when.year < 1971:  # 1970/1904 epochs: cameras whose clock was never set
+        return None, None
+    return when.strftime("%Y-%m-%d %H:%M:%S"), "+00:00"
+
+
+def _location(meta: dict[str, Any]) -> tuple[float | None, float | None]:
+    for key in ("com.apple.quicktime.location.ISO6709", "location", "location-eng"):
+        if key in meta:
+            found = parse_iso6709(str(meta[key]))
+            if found is not None:
+                return found
+    return None, None
+
+
+_ISO6709 = re.compile(r"^\s*([+-]\d+(?:\.\d*)?)([+-]\d+(?:\.\d*)?)")
+
+
+def parse_iso6709(text: str) -> tuple[float, float] | None:
+    """(lat, lon) in degrees from an ISO 6709 string ("+48.8584+002.2945+035.0/"), or None.
+
+    The integer digits say the form: ±DD[.d] / ±DDDMM[.d] / ±DDMMSS[.d] for latitude
+    (2/4/6 digits), one more for longitude.
+    """
+    m = _ISO6709.match(text)
+    if not m:
+        return None
+    lat, lon = _angle(m.group(1), 2), _angle(m.group(2), 3)
+    if lat is None or lon is None or not (-90 <= lat <= 90 and -180 <= lon <= 180):
+        return None
+    if lat == 0 and lon == 0:  # what receivers without a fix write
+        return None
+    return round(lat, 7), round(lon, 7)
+
+
+def _angle(text: str, deg_digits: int) -> float | None:
+    sign = -1.0 if text[0] == "-" else 1.0
+    whole, _, frac = text[1:].partition(".")
+    n = len(whole) - deg_digits
+    if n not in (0, 2, 4):
+        return None
+    value = float(whole[:deg_digits])
+    if n >= 2:
+        value += float(whole[deg_digits : deg_digits + 2] + ("." + frac if n == 2 else "")) / 60
+    if n == 4:
+        value += float(whole[deg_digits + 2 :] + "." + (frac or "0")) / 3600
+    if n == 0 and frac:
+        value += float("0." + frac)
+    return sign * value
