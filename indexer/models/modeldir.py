@@ -74,10 +74,13 @@ class ModelDir:
     def clipseg_dir(self) -> Path:
         return self.root / CLIPSEG.key
 
+    def _marker(self, name: str) -> dict | None:
+        marker = self.root / name
+        return json.loads(marker.read_text()) if marker.is_file() else None
+
     @property
     def standin_info(self) -> dict | None:
-        marker = self.root / STANDIN_MARKER
-        return json.loads(marker.read_text()) if marker.is_file() else None
+        return self._marker(STANDIN_MARKER)
 
     @property
     def is_standin(self) -> bool:
@@ -85,8 +88,7 @@ class ModelDir:
 
     @property
     def model_info(self) -> dict | None:
-        marker = self.root / MODEL_MARKER
-        return json.loads(marker.read_text()) if marker.is_file() else None
+        return self._marker(MODEL_MARKER)
 
     @property
     def model_key(self) -> str:
