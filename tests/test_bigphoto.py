@@ -83,7 +83,7 @@ def test_index_and_mask_apply_one_rule(env, tmp_path, small_limit):
             assert res.exit_code == 0, res.output
             continue
         assert res.exit_code == 1, res.output
-        assert res.stderr.strip() == f"Error: {photos / name}: {skipped[name]}"
+        assert res.stderr.strip().splitlines()[-1] == f"Error: {photos / name}: {skipped[name]}"
 
 
 def test_full_size_overlay_of_a_big_jpeg_stays_under_the_limit(env, tmp_path, small_limit):

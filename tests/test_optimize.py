@@ -457,7 +457,7 @@ def test_a_tower_that_fails_on_the_users_photos_is_switched_back(pulled, tmp_pat
     manifest = json.loads((md.image_dir / "manifest.json").read_text())
     assert not manifest["optimize"]["passed"] and not md.image_reverify_pending()
     r = CliRunner().invoke(_cli(), ["status", "--index", str(index), "--json"])
-    assert json.loads(r.output)["model_id"] == published  # the index was built with it
+    assert json.loads(r.stdout)["model_id"] == published  # the index was built with it
 
 
 @pytest.mark.convert

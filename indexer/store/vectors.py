@@ -202,6 +202,8 @@ class VectorIndex:
             return None
         if len(ids) < len(np.unique(picked)):
             return f"{name} is damaged: it holds ids that are no catalog row"
+        if not np.isfinite(vecs).all() or (np.linalg.norm(vecs, axis=1) < 1e-6).any():
+            return None  # the catalog's own copy is empty (a holed vectors.f16): its check names it
         by_id = dict(zip(ids.tolist(), unit_rows(vecs), strict=True))
         for lst, pos, image_id in entries:
             if not _entry_matches(self.index, lst, pos, image_id, by_id[image_id]):
