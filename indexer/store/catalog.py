@@ -860,12 +860,7 @@ class Catalog:
                 self.insert_images(rows, vectors)
             seq = max(salvaged.next_id - 1, self.max_image_id())
             for table in ("images", "items"):  # ids of files and items share one counter
-                if not self._conn.execute(
-                    "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, table)
-                ).rowcount:
-                    self._conn.execute(
-                        "INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table, seq)
-                    )
+                migrations.raise_sequence(self._conn, table, seq)
 
     def set_embedding(self, item_id: int, vector: np.ndarray) -> None:
         self._doom([item_id])  # a float32 blob from now on: a file row it had is dead

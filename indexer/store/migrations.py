@@ -125,12 +125,7 @@ def m002_paths_as_bytes(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE images_v2 RENAME TO images")
     db.execute("CREATE INDEX images_sha256 ON images(sha256)")
     if seq is not None:  # the highest id ever handed out, which may be a deleted row's
-        if db.execute("SELECT 1 FROM sqlite_sequence WHERE name = 'images'").fetchone():
-            db.execute(
-                "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'images'", (seq[0],)
-            )
-        else:
-            db.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('images', ?)", (seq[0],))
+        raise_sequence(db, "images", seq[0])
     db.execute(_SKIPPED_V2)
     db.execute(
         "INSERT INTO skipped_v2(path, reason, size, mtime_ns, seen_at) "
@@ -219,9 +214,7 @@ def m005_items(db: sqlite_utils.Database) -> None:
     db.execute("INSERT INTO items(id, image_id, kind) SELECT id, id, 'image' FROM images")
     seq = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'images'").fetchone()
     if seq is not None:  # deleted images' ids are FAISS ids that must never come back
-        db.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'items'", (seq[0],))
-        if not db.execute("SELECT 1 FROM sqlite_sequence WHERE name = 'items'").fetchone():
-            db.execute("INSERT INTO sqlite_sequence(name, seq) VALUES ('items', ?)", (seq[0],))
+        raise_sequence(db, "items", seq[0])
     db.execute("INSERT INTO embeddings_v4(item_id, vector) SELECT image_id, vector FROM embeddings")
     db.execute("DROP TABLE embeddings")
     db.execute("ALTER TABLE embeddings_v4 RENAME TO embeddings")
@@ -270,6 +263,15 @@ def migrate(db: sqlite_utils.Database) -> list[str]:
         conn.execute("ROLLBACK")
         raise
     return todo
+
+
+def raise_sequence(db: sqlite_utils.Database | sqlite3.Connection, table: str, seq: int) -> None:
+    """AUTOINCREMENT's counter of `table` at least `seq`: ids up to it (deleted rows' ones
+    too, which FAISS may still name) are never handed out again."""
+    if not db.execute(
+        "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, table)
+    ).rowcount:
+        db.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table, seq))
 
 
 def _set_version(db: sqlite_utils.Database, version: int) -> None:
