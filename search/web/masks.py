@@ -212,6 +212,8 @@ class MaskService:
         except (OSError, ValueError):
             return None
         made: dict[str, Path | bytes] = {k: p for k, p in files.items() if p.is_file()}
+        if "overlay" not in made:  # a concurrent prune took it after the check above: a miss
+            return None
         return MaskEntry({**summary, "cached": True}, made)
 
     def _ensure(self, f: IndexedFile, prompt: str, pkey: str) -> MaskEntry:
