@@ -133,9 +133,7 @@ def m002_paths_as_bytes(db: sqlite_utils.Database) -> None:
     )
     db.execute("DROP TABLE skipped")
     db.execute("ALTER TABLE skipped_v2 RENAME TO skipped")
-    broken = db.execute("PRAGMA foreign_key_check").fetchall()
-    if broken:
-        raise sqlite3.IntegrityError(f"foreign keys broken by the path migration: {broken[:3]}")
+    _check_foreign_keys(db, "path")
     _set_version(db, 2)
 
 
@@ -196,7 +194,7 @@ CREATE TABLE items (
     x0 REAL, y0 REAL, x1 REAL, y1 REAL  -- region: its box in the file's pixels
 );
 CREATE INDEX items_image ON items(image_id);
-CREATE TABLE embeddings_v4 (
+CREATE TABLE embeddings_v5 (
     item_id INTEGER PRIMARY KEY REFERENCES items(id) ON DELETE CASCADE,
     vector BLOB NOT NULL
 )
@@ -215,12 +213,10 @@ def m005_items(db: sqlite_utils.Database) -> None:
     seq = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'images'").fetchone()
     if seq is not None:  # deleted images' ids are FAISS ids that must never come back
         raise_sequence(db, "items", seq[0])
-    db.execute("INSERT INTO embeddings_v4(item_id, vector) SELECT image_id, vector FROM embeddings")
+    db.execute("INSERT INTO embeddings_v5(item_id, vector) SELECT image_id, vector FROM embeddings")
     db.execute("DROP TABLE embeddings")
-    db.execute("ALTER TABLE embeddings_v4 RENAME TO embeddings")
-    broken = db.execute("PRAGMA foreign_key_check").fetchall()
-    if broken:
-        raise sqlite3.IntegrityError(f"foreign keys broken by the items migration: {broken[:3]}")
+    db.execute("ALTER TABLE embeddings_v5 RENAME TO embeddings")
+    _check_foreign_keys(db, "items")
     _set_version(db, 5)
 
 
@@ -272,6 +268,13 @@ def raise_sequence(db: sqlite_utils.Database | sqlite3.Connection, table: str, s
         "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, table)
     ).rowcount:
         db.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (table, seq))
+
+
+def _check_foreign_keys(db: sqlite_utils.Database, step: str) -> None:
+    """A step that rebuilt tables must leave every reference whole (else it rolls back)."""
+    broken = db.execute("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise sqlite3.IntegrityError(f"foreign keys broken by the {step} migration: {broken[:3]}")
 
 
 def _set_version(db: sqlite_utils.Database, version: int) -> None:
