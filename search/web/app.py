@@ -16,7 +16,7 @@ schemas/api.*.schema.json and hit.schema.json, errors schemas/api.error.schema.j
 
 Images are addressed by catalog id only, and served only while the file is
 still the indexed content (see files.py). The app writes nothing outside
-INDEX/cache, which is kept under a size limit (cache_limit.py; 512 MB unless
+INDEX/cache, which is kept under a size limit (search/cache/limit.py; 512 MB unless
 ``cache_mb`` / WHEREIN_CACHE_MB say otherwise). Every error, a refused Host header
 included, is a JSON body ``{"error", "status"}``. Commits made by `wherein index`
 while the app runs show up in the next search, without a restart.
@@ -51,12 +51,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from wherein.schemas.errors import IndexError_, ModelError, WhereinError
 from wherein.schemas.records import iso_time
 from wherein.search.api import MODEL_TEMPLATE, Template
-from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes, usable_cache
-from wherein.search.localize.vision_store import VISION_DIR, VisionStore
+from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes, usable_cache
+from wherein.search.cache.thumbs import ResizedCache
+from wherein.search.cache.vision_store import VISION_DIR, VisionStore
 from wherein.search.web import DEFAULT_PREFETCH_MASKS, schemas
 from wherein.search.web.files import FileChanged, IndexedFile, NotFound
 from wherein.search.web.masks import KINDS, MaskService, clean_prompt
-from wherein.search.web.thumbs import ResizedCache
 
 log = logging.getLogger("wherein.serve")
 
