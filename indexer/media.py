@@ -71,6 +71,4 @@ def found_kind(path: str | Path, kinds: tuple[MediaKind, ...] = KINDS) -> MediaK
 def is_media_path(path: str | Path) -> bool:
     """A path worth a look when an event names it: a media name, or an existing file whose
     content is a video."""
-    return kind_by_name(path) is not None or (
-        os.path.isfile(path) and found_kind(path) is not None
-    )
+    return kind_by_name(path) is not None or (os.path.isfile(path) and found_kind(path) is not None)
