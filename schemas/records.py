@@ -31,6 +31,7 @@ HIT_SCHEMA_PATH = Path(__file__).with_name("hit.schema.json")
 STATUS_SCHEMA_PATH = Path(__file__).with_name("status.schema.json")
 INDEX_RUN_SCHEMA_PATH = Path(__file__).with_name("index.schema.json")
 EMBED_RUN_SCHEMA_PATH = Path(__file__).with_name("embed.schema.json")  # `wherein embed --json`
+SEARCH_SCHEMA_PATH = Path(__file__).with_name("search.schema.json")  # service.search.SearchResult
 
 # Always present in the JSON form, in this order (also the CSV column order).
 HIT_CORE_FIELDS = (
