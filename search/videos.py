@@ -20,10 +20,11 @@ Which frames match (``matching_frames``):
   that is a probability at least e^-2 (about 1/7) of the best frame's. An image-only query
   has no calibration: frames within ``MOMENT_SCORE_GAP`` (0.02) of the best score.
 
-A moment is a run of matching frames, consecutive in time. Frames are samples, so its edges
-lie between samples: a moment starts halfway between its first frame and the frame sampled
-before it (0 when none was), and ends halfway between its last frame and the next one (the
-video's duration when none follows).
+A moment is a run of matching frames, consecutive in time. A sampled frame stands for the
+video until the next sample (the sampler takes one at least every few seconds and at every
+scene cut, so what a frame shows holds until then): a moment starts at its first frame's
+time and ends at the time of the frame sampled after its last one (the video's duration
+when none follows).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from wherein.search.ranking import THRESHOLD_SLACK, rank_order
 
 MOMENT_LOGIT_GAP = 2.0
 MOMENT_SCORE_GAP = 0.02
-_DECIMALS = 3  # moment edges in milliseconds: finer than any frame rate, and readable
 
 
 def matching_frames(
@@ -75,13 +75,13 @@ def moments(
         j = i
         while j + 1 < n and matching[j + 1]:
             j += 1
-        start = 0.0 if i == 0 else (times[i - 1] + times[i]) / 2
+        start = times[i]
         last = max(float(times[j]), duration or 0.0)  # the run reaches the last frame
-        end = (times[j] + times[j + 1]) / 2 if j + 1 < n else last
+        end = times[j + 1] if j + 1 < n else last
         best = i + int(rank_order(scores[i : j + 1], item_ids[i : j + 1])[0])
         values = (
-            round(float(start), _DECIMALS),
-            round(float(end), _DECIMALS),
+            float(start),
+            float(end),
             float(times[best]),
             float(scores[best]),
             None if probs is None else float(probs[best]),

@@ -19,10 +19,6 @@ import referencing
 from click.testing import CliRunner
 from test_video_media import BLUE, GREEN, RED, solid, write_video
 
-from wherein.indexer.models.modeldir import ModelDir
-from wherein.indexer.models.registry import entry_for
-from wherein.indexer.store.index_store import IndexStore
-from wherein.indexer.video import probe, sample
 from wherein.schemas.records import HIT_CORE_FIELDS, HIT_SCHEMA_PATH, SEARCH_SCHEMA_PATH
 from wherein.search.api import Query, open_index
 from wherein.search.cli import cli
@@ -30,7 +26,8 @@ from wherein.search.export.hits import read_export
 from wherein.search.service.search import SearchRequest, search
 from wherein.search.videos import clock, matching_frames, moments
 
-EVERY = 1.0  # seconds between sampled frames
+EVERY = 2.0  # seconds between sampled frames at most (`wherein index`'s default)
+FPS = 10
 # clip.mp4: blue 0-4 s, red 4-8 s, green 8-12 s, red 12-14 s, blue 14-16 s
 TIMELINE = [(0, 4, BLUE), (4, 8, RED), (8, 12, GREEN), (12, 14, RED), (14, 16, BLUE)]
 RED_SPANS = [(4.0, 8.0), (12.0, 14.0)]
@@ -51,44 +48,12 @@ def search_json(*args) -> list[dict]:
     return json.loads(run("search", *args, "--json").stdout)
 
 
-def add_video(index: Path, models: Path, path: Path) -> int:
-    """Index a video as the contract says (a file whose items are its sampled frames, each
-    with its time), with the stand-in image tower."""
-    md = ModelDir(models)
-    tower = entry_for(md).load_image(md, None)
-    info = probe(path)
-    frames = list(sample(path, every=EVERY))
-    vecs = tower.embed(np.stack([tower.preprocess(f.image()) for f in frames]))
-    st = path.stat()
-    with IndexStore.open(index, write=True) as store:
-        cat = store.catalog
-        with cat.transaction():
-            file_id = cat.insert_image(
-                {
-                    "path": str(path),
-                    "size": st.st_size,
-                    "mtime_ns": st.st_mtime_ns,
-                    "sha256": "0" * 64,
-                    "width": info.width,
-                    "height": info.height,
-                    "format": path.suffix[1:],
-                    "indexed_at": "2026-12-01T00:00:00Z",
-                    "model_id": cat.get_meta("model_id"),
-                },
-                None,
-                items=[("frame", f.time, None, v) for f, v in zip(frames, vecs, strict=True)],
-            )
-            cat.bump_generation()
-    return file_id
-
-
 @pytest.fixture()
 def library(env, shapes) -> Path:
-    """The shape photos and clip.mp4, indexed."""
-    run("index", shapes, "-q")
+    """The shape photos and clip.mp4, indexed by `wherein index`."""
     (shapes / "clips").mkdir()
-    clip = write_video(shapes / "clips" / "clip.mp4", clip_colour, seconds=16, fps=10)
-    add_video(env["index"], env["models"], clip)
+    write_video(shapes / "clips" / "clip.mp4", clip_colour, seconds=16, fps=FPS)
+    run("index", shapes, "-q")
     return shapes
 
 
@@ -118,11 +83,13 @@ def test_red_finds_the_video_at_a_red_moment_with_its_moments(library, validator
     assert clip["rank"] == 1  # solid red frames beat the red shapes on a light background
     assert Path(clip["path"]).name == "clip.mp4"
     assert in_spans(clip["time"], RED_SPANS)
-    # The moments are the red stretches: their edges within half a sample of the truth.
+    # The moments are the red stretches: the sampler takes a frame at each cut, so their
+    # edges are the cuts', to a frame.
     got = [(m["start"], m["end"]) for m in clip["moments"]]
     assert len(got) == len(RED_SPANS)
     for (start, end), (a, b) in zip(got, RED_SPANS, strict=True):
-        assert abs(start - a) <= EVERY / 2 + 1e-6 and abs(end - b) <= EVERY / 2 + 1e-6
+        assert abs(start - a) <= 1 / FPS + 1e-6 and abs(end - b) <= 1 / FPS + 1e-6
+    assert clip["duration"] == pytest.approx(16, abs=0.2)
     for m in clip["moments"]:
         assert in_spans(m["time"], [(m["start"], m["end"])])
         assert m["probability"] > 0.5
@@ -173,8 +140,8 @@ def test_kind_keeps_photos_or_videos(library):
 
 def test_equal_videos_rank_by_item_id(library, env):
     clip = library / "clips" / "clip.mp4"
-    copy = shutil.copy(clip, library / "clips" / "copy.mp4")
-    add_video(env["index"], env["models"], Path(copy))
+    shutil.copy(clip, library / "clips" / "copy.mp4")
+    run("index", library, "-q")
     hits = search_json("red", "--kind", "video")
     assert [Path(h["path"]).name for h in hits] == ["clip.mp4", "copy.mp4"]
     assert hits[0]["score"] == hits[1]["score"] and hits[0]["item_id"] < hits[1]["item_id"]
@@ -224,17 +191,17 @@ def test_the_service_returns_what_the_cli_prints(library, validator):
 
 
 # -- moments, without models -------------------------------------------------------------
-def test_moments_are_runs_of_matching_frames_with_edges_between_samples():
+def test_moments_are_runs_of_matching_frames_each_holding_until_the_next_sample():
     times = np.arange(10, dtype=np.float64)
     scores = np.array([0, 0.9, 0.95, 0.9, 0, 0, 0.8, 0, 0, 0.9])
     got = moments(times, np.arange(10) + 100, scores, None, scores > 0.5, duration=10.4)
     assert [(m["start"], m["end"], m["time"]) for m in got] == [
-        (0.5, 3.5, 2.0),
-        (5.5, 6.5, 6.0),
-        (8.5, 10.4, 9.0),  # the last run reaches the end of the video
+        (1.0, 4.0, 2.0),
+        (6.0, 7.0, 6.0),
+        (9.0, 10.4, 9.0),  # the last run reaches the end of the video
     ]
-    first = moments(times[:3], np.arange(3), np.array([0.9, 0.9, 0.0]), None, [1, 1, 0], None)
-    assert [(m["start"], m["end"], m["time"]) for m in first] == [(0.0, 1.5, 0.0)]
+    tied = moments(times[:3], np.arange(3), np.array([0.9, 0.9, 0.0]), None, [1, 1, 0], None)
+    assert [(m["start"], m["end"], m["time"]) for m in tied] == [(0.0, 2.0, 0.0)]
 
 
 def test_close_to_the_best_is_a_logit_gap():
