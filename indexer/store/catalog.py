@@ -51,6 +51,7 @@ import sqlite_utils
 
 from wherein.indexer.store import migrations
 from wherein.indexer.store.vector_file import VECTOR_FILE, VectorFile
+from wherein.indexer.store.videos import VideoRows
 from wherein.schemas.errors import CatalogDamaged, IndexError_, is_damage
 
 SCHEMA_VERSION = migrations.SCHEMA_VERSION
@@ -390,7 +391,7 @@ def _salvage_ranges(conn: sqlite3.Connection, sql: str, top: int) -> tuple[list,
     return rows, lost
 
 
-class Catalog:
+class Catalog(VideoRows):  # the videos table's methods live in videos.py
     def __init__(self, path: Path, readonly: bool = False, verify: bool = False) -> None:
         """verify: check every page (PRAGMA quick_check) before anything is written, so a
         damaged catalog is refused before a run writes into it (about 0.7 s per 100k rows)."""
@@ -747,10 +748,43 @@ class Catalog:
             groups.setdefault(sha, []).append(int(image_id))
         return list(groups.values())
 
-    def embedded_ids(self) -> np.ndarray:
-        """Ids of the items with a vector, ascending (what FAISS must hold)."""
-        rows = self._conn.execute("SELECT item_id FROM embeddings ORDER BY item_id").fetchall()
+    def embedded_ids(self, kind: str | None = None) -> np.ndarray:
+        """Ids of the items with a vector, ascending (what FAISS must hold); with kind
+        ('image', 'frame'), only the items of that kind."""
+        if kind is None:
+            rows = self._conn.execute("SELECT item_id FROM embeddings ORDER BY item_id").fetchall()
+        else:
+            rows = self._conn.execute(
+                "SELECT e.item_id FROM embeddings e JOIN items it ON it.id = e.item_id "
+                "WHERE it.kind = ? ORDER BY e.item_id",
+                (kind,),
+            ).fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def item_files(self, ids: Iterable[int]) -> dict[int, int]:
+        """item id -> its file's id, for the item ids in the catalog."""
+        out: dict[int, int] = {}
+        for chunk in _chunks(ids):
+            rows = self._conn.execute(
+                f"SELECT id, image_id FROM items WHERE id IN ({_marks(chunk)})", chunk
+            )
+            out.update((int(i), int(f)) for i, f in rows)
+        return out
+
+    def embedded_frames(self, file_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
+        """file id -> (item id, t) of its embedded 'frame' items, by time (then id); files
+        without one are left out."""
+        out: dict[int, list[tuple[int, float]]] = {}
+        for chunk in _chunks(file_ids):
+            rows = self._conn.execute(
+                "SELECT it.image_id, it.id, it.t FROM items it JOIN embeddings e ON "
+                f"e.item_id = it.id WHERE it.kind = 'frame' AND it.image_id IN ({_marks(chunk)}) "
+                "ORDER BY it.image_id, it.t, it.id",
+                chunk,
+            )
+            for file_id, item_id, t in rows:
+                out.setdefault(int(file_id), []).append((int(item_id), float(t or 0.0)))
+        return out
 
     def vectors_for(self, ids: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         """(item ids, vectors [n, d]) for those item ids that have an embedding."""
@@ -788,14 +822,15 @@ class Catalog:
         self,
         record: dict,
         vector: np.ndarray | None,
-        items: Sequence[tuple[str, float | None, Sequence[float] | None, np.ndarray | None]] = (),
+        items: Sequence[tuple[str, float | None, Sequence[float] | None, np.ndarray | None]]
+        | None = None,
     ) -> int:
         """A new file row (record: path, size, mtime_ns, sha256, width, height, format,
         indexed_at, model_id, and optionally ctime_ns, inode), its one 'image' item and that
         item's embedding (vector; None: not embedded yet); clears a skip of that path.
         Returns the id (the file's and its first item's). items, when given, are what the
         file yields instead of the one whole image: (kind, t, box or None, vector) each, ids
-        in that order."""
+        in that order (empty: none yet, a video's frames come later)."""
         key = _key(record["path"])
         image_id = self.next_image_id()
         self._conn.execute(
@@ -804,7 +839,7 @@ class Catalog:
             ":sha256, :width, :height, :format, :indexed_at, :model_id, :ctime_ns, :inode)",
             {"ctime_ns": None, "inode": None, **record, "key": key, "id": image_id},
         )
-        located = list(items) or [("image", None, None, vector)]  # a photo
+        located = list(items) if items is not None else [("image", None, None, vector)]
         for n, (kind, t, box, vec) in enumerate(located):
             item_id = image_id + n  # next_image_id: no id at or past image_id was ever used
             x0, y0, x1, y1 = box if box is not None else (None, None, None, None)
@@ -1092,8 +1127,9 @@ class Catalog:
     def hit_rows(self, ids: Iterable[int]) -> dict[int, dict]:
         """item id -> its file's row (as rows_by_ids gives it: ``id`` is the file's id) plus
         the item (item_id, kind, t, box: [x0, y0, x1, y1] or None) and the photo columns
-        (taken, taken_offset, make, model, lens, lat, lon; None where unknown): what a search
-        hit shows. Item ids not in the catalog are left out."""
+        (taken, taken_offset, make, model, lens, lat, lon; None where unknown) and the
+        video's duration (None for a photo): what a search hit shows. Item ids not in the
+        catalog are left out."""
         items: dict[int, tuple] = {}
         for chunk in _chunks(ids):
             for r in self._conn.execute(
@@ -1113,6 +1149,9 @@ class Catalog:
                     chunk,
                 ):
                     files[r[0]].update(zip(_PHOTO_HIT_COLUMNS, r[1:], strict=True))
+        videos = self.video_rows(files)
+        for file_id, row in files.items():
+            row["duration"] = videos[file_id]["duration"] if file_id in videos else None
         out: dict[int, dict] = {}
         for item_id, (_, file_id, kind, t, *box) in items.items():
             if file_id in files:

@@ -21,11 +21,16 @@ import click
 
 from wherein.indexer.paths import INDEX_ENV, MODELS_ENV
 from wherein.schemas.errors import CatalogDamaged, WhereinError, is_damage, storage_error
+from wherein.schemas.records import HIT_KINDS
 from wherein.search.export import formats as export_formats  # light: no numpy/pyarrow
 from wherein.search.query import SORT_KEYS
 
+# What --kind chooses between: what a hit's kind says ("photo", "video").
+KINDS = tuple(dict.fromkeys(HIT_KINDS.values()))
+
 __all__ = [
     "FORMAT_HELP",
+    "KINDS",
     "SORT_KEYS",
     "Progress",
     "check_export_options",
