@@ -31,7 +31,7 @@ from wherein.search.web import schemas
 from conftest import BACKGROUND, Counting, draw_shape
 
 W, H = 160, 96
-SQUARE = (90, 20, 150, 80)  # x0, y0, x1, y1 (exclusive) of the red square
+SQUARE = (56, 8, 152, 88)  # x0, y0, x1, y1 (exclusive) of the red square
 SHOWN = (4.0, 8.0)  # seconds the square is on screen
 SECONDS = 12.0
 
@@ -120,12 +120,12 @@ def test_mask_at_a_time_covers_the_square_shown_then(env, clip, tmp_path):
     (m,) = data["masks"]
     assert data["time"] == 5.5 and (m["width"], m["height"]) == (W, H)
     assert near_square(m["bbox"]["largest"])
-    assert m["mask_area"] == pytest.approx(60 * 60 / (W * H), abs=0.03)
+    assert m["mask_area"] == pytest.approx(96 * 80 / (W * H), abs=0.03)
     assert Path(m["mask_path"]).name == "clip.mp4@5.50s.red.mask.png"
     mask = read_mask(m["mask_path"])
     assert mask.shape == (H, W)
     x0, y0, x1, y1 = SQUARE
-    assert mask[y0 + 5 : y1 - 5, x0 + 5 : x1 - 5].all() and not mask[:, :60].any()
+    assert mask[y0 + 5 : y1 - 5, x0 + 5 : x1 - 5].all() and not mask[:, :48].any()
     with Image.open(m["overlay_path"]) as overlay:
         assert overlay.size == (W, H)
 
@@ -247,3 +247,51 @@ def test_the_frames_folder_never_writes_over_what_is_not_ours(
     # An export again: its own earlier frames are replaced, nothing else is touched.
     assert first == ["clip.mp4@5.00s.jpg"]
     assert sorted(p.name for p in frames.iterdir()) == ["clip.mp4@6.50s.jpg"]
+
+
+# -- end to end: an indexed folder of clips and photos --------------------------------------
+@pytest.fixture()
+def library(env, clip) -> Path:
+    draw_shape(clip.parent / "photo.png", "red", size=(120, 90))
+    draw_shape(clip.parent / "blue.png", "blue")
+    r = run("index", clip.parent, "-q")
+    assert r.exit_code == 0, r.output
+    return clip.parent
+
+
+def test_search_mask_segments_the_best_frame_of_a_video_hit(library, tmp_path):
+    out = tmp_path / "m"
+    r = run("search", "red", "--kind", "video", "--mask", "--out", out, "--json")
+    assert r.exit_code == 0, r.output
+    (hit,) = json.loads(r.stdout)
+    assert hit["kind"] == "video" and SHOWN[0] <= hit["time"] < SHOWN[1]
+    assert Path(hit["mask_path"]).name == f"1-clip.mp4@{hit['time']:.2f}s.red.mask.png"
+    assert near_square(hit["bbox"]["largest"]) and read_mask(hit["mask_path"]).shape == (H, W)
+
+
+def test_select_mask_export_coco_writes_the_matching_frames(library, tmp_path):
+    dest = tmp_path / "dogs.coco.json"
+    r = run("select", "red", "-p", "0.5", "--mask", "--out", tmp_path / "m", "--export", dest)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(dest.read_text())
+    frames = [img for img in doc["images"] if "video" in img]
+    photos = [img for img in doc["images"] if "video" not in img]
+    assert [Path(p["file_name"]).name for p in photos] == ["photo.png"]
+    (frame,) = frames
+    assert SHOWN[0] <= frame["time"] < SHOWN[1]
+    path = Path(frame["file_name"])
+    assert path.parent == tmp_path / "dogs.coco.frames" and path.is_file()
+    assert path.name == f"clip.mp4@{frame['time']:.2f}s.jpg"
+    (ann,) = [a for a in doc["annotations"] if a["image_id"] == frame["id"]]
+    x, y, w, h = ann["bbox"]
+    assert near_square((x, y, x + w, y + h))
+
+
+def test_select_without_mask_exports_rows_with_the_video_and_time(library, tmp_path):
+    dest = tmp_path / "rows.jsonl"
+    r = run("select", "red", "-p", "0.5", "--export", dest)
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in dest.read_text().splitlines()]
+    (video,) = [row for row in rows if row["kind"] == "video"]
+    assert video["path"] == str(library / "clip.mp4") and SHOWN[0] <= video["time"] < SHOWN[1]
+    assert not list(tmp_path.glob("*.frames"))
