@@ -444,14 +444,17 @@ class Searcher:
             got, dist = ids[0][found], dist[0][found]
             cut = min(want, len(got))  # items up to the last one wanted
             if fold:
-                pos = nth_file_position(self._files_of(got), want)
-                if pos is None and fetch < available:
-                    # Fewer than k files among the items: a video's frames took the places.
+                files = self._files_of(got)
+                # As for items: approximate scores need files beyond the k-th to pick from.
+                enough = nth_file_position(files, want * 4 if approx else want)
+                if enough is None and fetch < available:
+                    # Fewer files than wanted among the items: a video's frames took the places.
                     if nprobe and nprobe < nlist and len(got) < fetch:
                         nprobe = min(nlist, nprobe * 4)
                     else:
                         fetch = min(available, fetch * 4)
                     continue
+                pos = nth_file_position(files, want)
                 cut = len(got) if pos is None else pos + 1
             # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
             if len(got) < min(want, available) and nprobe and nprobe < nlist:
@@ -586,10 +589,10 @@ def add_masks(
     """A CLIPSeg mask for every hit (see wherein.search.localize.masking).
 
     index_dir: keep the hits' vision passes in that index's cache, so that another
-    prompt on them later, in any process, runs only the decoder (vision_store.py).
+    prompt on them later, in any process, runs only the decoder (search/cache/vision_store.py).
     """
+    from wherein.search.cache.vision_store import VisionStore
     from wherein.search.localize.masking import add_masks_to_hits
-    from wherein.search.localize.vision_store import VisionStore
 
     store = VisionStore.in_index(Path(index_dir)) if index_dir is not None else None
     return add_masks_to_hits(

@@ -25,7 +25,7 @@ from wherein.schemas.records import Hit
 from wherein.search.cli import cli
 from wherein.search.export.labels import export_hits, read_mask
 from wherein.search.localize.masking import add_masks_to_hits, vision_cache
-from wherein.search.localize.vision_store import VisionStore
+from wherein.search.cache.vision_store import VisionStore
 from wherein.search.web import schemas
 
 from conftest import BACKGROUND, Counting, draw_shape

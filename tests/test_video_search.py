@@ -19,6 +19,7 @@ import referencing
 from click.testing import CliRunner
 from test_video_media import BLUE, GREEN, RED, solid, write_video
 
+from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.records import HIT_CORE_FIELDS, HIT_SCHEMA_PATH, SEARCH_SCHEMA_PATH
 from wherein.search.api import Query, open_index
 from wherein.search.cli import cli
@@ -216,3 +217,26 @@ def test_close_to_the_best_is_a_logit_gap():
 
 def test_clock():
     assert [clock(t) for t in (0, 12.7, 83, 3725)] == ["0:00", "0:12", "1:23", "1:02:05"]
+
+
+# -- select and label over videos ----------------------------------------------------------
+def test_select_gives_a_video_one_row_at_its_time_or_its_frames(library):
+    rows = json.loads(run("select", "red", "-p", "0.5", "--json").stdout)
+    clips = [r for r in rows if r["kind"] == "video"]
+    assert len(clips) == 1 and in_spans(clips[0]["time"], RED_SPANS)
+    frames = json.loads(
+        run("select", "red", "-p", "0.5", "--frames", "--kind", "video", "--json").stdout
+    )
+    assert len(frames) > 1 and all(in_spans(r["time"], RED_SPANS) for r in frames)
+
+
+def test_label_is_per_file_the_best_over_its_frames(library, env):
+    out = json.loads(run("label", "-l", "red,blue,green", "--json").stdout)
+    clip = [h for h in out if Path(h["path"]).name == "clip.mp4"]
+    assert len(clip) == 1  # one row per file, not per frame
+    # The clip shows every colour at some time: each label's best frame says so (frames
+    # overwriting each other would leave only the last frame's colour).
+    assert all(p > 0.5 for p in clip[0]["labels"].values())
+    with IndexStore.open(env["index"]) as store:
+        stored = [r for r in store.catalog.read_labels() if r["path"].endswith("clip.mp4")]
+    assert {r["label"]: r["probability"] for r in stored} == pytest.approx(clip[0]["labels"])

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from wherein.search.cli.options import (
-    KINDS,
     SORT_KEYS,
     check_export_options,
     export_options,
@@ -16,6 +15,7 @@ from wherein.search.cli.options import (
     format_options,
     friendly_errors,
     index_option,
+    kind_options,
     models_option,
     raw_option,
     standin_banner,
@@ -64,18 +64,7 @@ def register(cli: click.Group) -> None:
     "--unlike", "unlike", multiple=True, metavar="PHOTO[:W]", help="Subtract an image (repeatable)."
 )
 @filter_options
-@click.option(
-    "--kind",
-    type=click.Choice(KINDS),
-    default=None,
-    help="Only photos, or only videos [default: both].",
-)
-@click.option(
-    "--frames",
-    is_flag=True,
-    help="A video's matching frames as hits of their own (-k counts frames) instead of one "
-    "hit per video with its best frame's time and its moments.",
-)
+@kind_options
 @click.option(
     "--sort",
     type=click.Choice(SORT_KEYS),

@@ -87,7 +87,7 @@ def mask_image(
     from wherein.indexer.models.clipseg import ClipSeg
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.search.localize.masking import mask_file
-    from wherein.search.localize.vision_store import VisionStore
+    from wherein.search.cache.vision_store import VisionStore
 
     path = resolve_image(image, index_dir)
     check_time(path, time)
