@@ -22,10 +22,10 @@ from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.standins.palette import rgb255
 from wherein.indexer.video import frame_at
 from wherein.schemas.records import Hit
+from wherein.search.cache.vision_store import VisionStore
 from wherein.search.cli import cli
 from wherein.search.export.labels import export_hits, read_mask
 from wherein.search.localize.masking import add_masks_to_hits, vision_cache
-from wherein.search.cache.vision_store import VisionStore
 from wherein.search.web import schemas
 
 from conftest import BACKGROUND, Counting, draw_shape

@@ -86,8 +86,8 @@ def mask_image(
     from wherein.indexer import paths as P
     from wherein.indexer.models.clipseg import ClipSeg
     from wherein.indexer.models.modeldir import ModelDir
-    from wherein.search.localize.masking import mask_file
     from wherein.search.cache.vision_store import VisionStore
+    from wherein.search.localize.masking import mask_file
 
     path = resolve_image(image, index_dir)
     check_time(path, time)
