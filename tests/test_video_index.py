@@ -13,6 +13,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -151,33 +152,39 @@ def test_a_folder_of_photos_and_videos_indexes_in_one_run(env, library):
 
 
 def test_photos_keep_flowing_while_a_long_video_decodes(env, tmp_path, monkeypatch):
-    """The photos behind a long video are committed before its last frames are: the video's
-    chunks share the decode pool with the photos' loads instead of holding up the run."""
+    """The photos behind a video are loaded and routed while its frames decode: the video's
+    chunks share the decode pool with the photos' loads instead of holding up the run. The
+    video's decoding waits here until every photo was routed (a run that held the photos
+    back until the video's end would wait for ever: the gate gives up after 20 s)."""
     from wherein.indexer.ingest import run as ingest_run
 
     root = tmp_path / "lib"
     write_video(root / "a_long.mp4", segments, seconds=12, fps=10)
     for i in range(6):
         photo(root / f"b_{i}.png", (200, 20 + 30 * i, 20))  # no two alike (no copies)
-    batches: list[list[str]] = []
-    commit = ingest_run.commit_batch
+    photos_routed = threading.Event()
+    routed: list[str] = []
+    route, next_chunk = ingest_run.route, ingest_videos._next_chunk
 
-    def spy(cat, steps, model_id):
-        batches.append(
-            [
-                "frames-last" if getattr(s.item, "last", False) else type(s.item).__name__
-                for s in steps
-            ]
-        )
-        return commit(cat, steps, model_id)
+    def counting_route(work, read, *rest):
+        if work.found.path.endswith(".png"):
+            routed.append(work.found.path)
+            if len(routed) == 6:
+                photos_routed.set()
+        return route(work, read, *rest)
 
-    monkeypatch.setattr(ingest_run, "commit_batch", spy)
+    waited: list[bool] = []
+
+    def gated(job, spec, size):
+        waited.append(photos_routed.wait(20))
+        return next_chunk(job, spec, size)
+
+    monkeypatch.setattr(ingest_run, "route", counting_route)
+    monkeypatch.setattr(ingest_videos, "_next_chunk", gated)
     r = index_json(str(root), "--frame-every", "0.2")
     assert r["videos"] == 1 and r["embedded"] == 7
     assert r["frames"] == len(frames_of(env, root / "a_long.mp4")) >= 50
-    last = next(n for n, b in enumerate(batches) if "frames-last" in b)
-    routed_before = sum(b.count("Routed") for b in batches[: last + 1])
-    assert routed_before == 7, batches  # every photo's row went in by the video's last chunk
+    assert waited and all(waited)  # no chunk had to give up waiting for the photos
 
 
 # --- what real phone videos do -----------------------------------------------------------
