@@ -27,6 +27,7 @@ from video_files import BLUE, RED, H, W, segments, solid, write_audio, write_vid
 from wherein.indexer import media
 from wherein.indexer.ingest import videos as ingest_videos
 from wherein.indexer.ingest.walk import walk
+from wherein.indexer.ingest.watch import folders_to_walk
 from wherein.indexer.scale.sources import list_items
 from wherein.indexer.store.catalog import Catalog
 from wherein.search.cli import cli
@@ -117,6 +118,9 @@ def test_videos_are_found_by_name_and_by_content_and_embed_leaves_them(tmp_path)
     assert found == ["IMG_0001", "a.mp4", "fake.mp4", "p.png"]
     assert media.kind_by_content(tmp_path / "IMG_0001") == media.VIDEO
     assert media.kind_by_content(tmp_path / "p.png") == media.PHOTO
+    # A watch looks where an event names a video, by name or by content, and nowhere else.
+    assert folders_to_walk([str(tmp_path / "IMG_0001")], [str(tmp_path)]) == [str(tmp_path)]
+    assert folders_to_walk([str(tmp_path / "notes.txt")], [str(tmp_path)]) == []
     # `wherein embed` shards hold photos only so far: its sources ask the same seam.
     assert [Path(i.uri).name for i in list_items([str(tmp_path)])] == ["p.png"]
 
@@ -261,6 +265,8 @@ def test_a_corrupt_stream_keeps_the_frames_before_the_damage(env, tmp_path):
     [damaged] = st["video_damage"]
     assert damaged["path"] == str(bad) and damaged["damage"] == video_row(env, bad)["damage"]
     assert "skipped" in damaged["damage"] or "truncated" in damaged["damage"]
+    code, out, _ = run("status")
+    assert code == 0 and "videos     1 (" in out and f"damaged {bad}: " in out
 
 
 # --- re-runs ------------------------------------------------------------------------------
