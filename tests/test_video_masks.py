@@ -295,3 +295,31 @@ def test_select_without_mask_exports_rows_with_the_video_and_time(library, tmp_p
     (video,) = [row for row in rows if row["kind"] == "video"]
     assert video["path"] == str(library / "clip.mp4") and SHOWN[0] <= video["time"] < SHOWN[1]
     assert not list(tmp_path.glob("*.frames"))
+
+
+@pytest.mark.scale
+@pytest.mark.slow
+def test_the_ray_engine_writes_the_same_frame_dataset(library, tmp_path):
+    import ray
+
+    local, far = tmp_path / "local" / "red.coco.json", tmp_path / "ray" / "red.coco.json"
+    local.parent.mkdir(), far.parent.mkdir()
+    r = run("select", "red", "-p", "0.5", "--mask", "--out", tmp_path / "m", "--export", local)
+    assert r.exit_code == 0, r.output
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        r = run("select", "red", "-p", "0.5", "--mask", "--engine", "ray", "--export", far)
+    finally:
+        ray.shutdown()
+    assert r.exit_code == 0, r.output
+    want, got = (json.loads(p.read_text()) for p in (local, far))
+    for doc in (want, got):
+        doc["info"].pop("date_created")
+        for img in doc["images"]:
+            img["file_name"] = img["file_name"].replace(str(tmp_path), "T").replace("/ray/", "/")
+            img["file_name"] = img["file_name"].replace("/local/", "/")
+    assert got == want and any("video" in img for img in got["images"])
+    (frame,) = (tmp_path / "ray" / "red.coco.frames").iterdir()
+    assert (
+        frame.read_bytes() == next((tmp_path / "local" / "red.coco.frames").iterdir()).read_bytes()
+    )
