@@ -32,6 +32,7 @@ def write_video(
     fmt: str | None = None,
 ) -> Path:
     """A video whose frame at t shows colour_at(t); pts_ms gives a variable frame rate."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     options = {"movflags": "use_metadata_tags"} if path.suffix in (".mp4", ".mov") else {}
     with av.open(str(path), "w", format=fmt, options=options) as out:
         out.metadata.update(metadata or {})
@@ -62,3 +63,19 @@ def write_video(
 
 def segments(t: float) -> np.ndarray:  # red 0-4 s, blue 4-8 s, green 8-12 s
     return solid((RED, BLUE, GREEN)[min(int(t // 4), 2)])
+
+
+def write_audio(path: Path, seconds: float = 1.0) -> Path:
+    """An mp4 that holds sound only (a voice memo)."""
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("aac", rate=16000)
+        for i in range(round(seconds * 16000 / 1024)):
+            frame = av.AudioFrame.from_ndarray(
+                np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+            )
+            frame.sample_rate, frame.pts = 16000, i * 1024
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path

@@ -108,7 +108,7 @@ def commit_batch(cat: Catalog, all_steps: Sequence[Step], model_id: str) -> int:
             if d.kind is Kind.LATER or isinstance(p, Unsettled):
                 continue
             path, old = work.found.path, work.old
-            if old is not None and d.kind is not Kind.TOUCH:  # the path's row is replaced
+            if old is not None and d.kind not in (Kind.TOUCH, Kind.RESUME):  # row replaced
                 cat.delete_images([old.id])
                 changed = True
             image_id: int | None = None

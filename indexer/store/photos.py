@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from wherein.indexer.store.base import _chunks, _marks, _path
-from wherein.indexer.store.items import ItemsTable
-from wherein.indexer.store.videos import VideoRows
+from wherein.indexer.store.videos import VideosTable
 
 # What an item adds to its file's row in hit_rows: its id, kind and locator (box: x0..y1).
 _ITEM_COLUMNS = ("item_id", "kind", "t", "box")
@@ -29,7 +28,7 @@ _TAKEN = (
 )
 
 
-class PhotosTable(ItemsTable, VideoRows):  # hit_rows adds a video's duration
+class PhotosTable(VideosTable):
     def has_photos(self) -> bool:
         """Whether the photos table exists (a read-only catalog of an older release lacks it)."""
         return self._db["photos"].exists()
