@@ -33,8 +33,10 @@ class JSONResponse(_StarletteJSON):
         return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message, "status": status}, status_code=status)
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 
 
 class BadRequest(WhereinError):

@@ -1,0 +1,200 @@
+"""Videos in `wherein serve`'s API: /api/video answers HTTP byte ranges (a player's first
+bytes, a seek into the middle, an MP4 index read from the end), only for indexed videos
+and under the same file checks as photos; a video hit carries its video_url and a thumbnail
+of its frame at the hit's time.
+
+The video is written with PyAV (test_video_media's helpers) and put in the catalog as
+video-index's contract says (a file row, format its extension, whose items are frames),
+with frame vectors copied from the photos so that a text query finds one frame.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+from test_video_media import segments, write_video
+
+from wherein.indexer.store.index_store import IndexStore
+from wherein.search.cli import cli
+from wherein.search.web.app import create_app
+
+from conftest import draw_shape
+
+BASE = "http://127.0.0.1"
+
+
+def add_video(index: Path, video: Path, frames: list[tuple[float, int]]) -> int:
+    """A catalog row for video whose frames at these times carry the vectors of these item
+    ids (already in the index); returns the video's catalog id."""
+    st = video.stat()
+    with IndexStore.open(index, write=True) as store:
+        cat = store.catalog
+        like = cat.rows_by_ids([frames[0][1]])[frames[0][1]]
+        ids, vectors = cat.vectors_for([i for _, i in frames])
+        vector_of = dict(zip(ids.tolist(), vectors))
+        record = {
+            "path": str(video),
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "sha256": hashlib.sha256(video.read_bytes()).hexdigest(),
+            "width": 96,
+            "height": 64,
+            "format": video.suffix.lstrip("."),
+            "indexed_at": like["indexed_at"],
+            "model_id": like["model_id"],
+        }
+        with cat.transaction():
+            return cat.insert_image(
+                record, None, items=[("frame", t, None, vector_of[i]) for t, i in frames]
+            )
+
+
+class Served:
+    def __init__(self, client: TestClient, root: Path, video: Path, video_id: int, ids: dict):
+        self.client, self.root, self.video, self.video_id, self.ids = (
+            client,
+            root,
+            video,
+            video_id,
+            ids,
+        )
+        self.url = f"/api/video/{video_id}"
+
+    def ranged(self, spec: str | None, url: str | None = None):
+        headers = {"Range": spec} if spec is not None else {}
+        return self.client.get(url or self.url, headers=headers)
+
+
+@pytest.fixture(scope="module")
+def served(standin_models, tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve-video")
+    photos, index = root / "photos", root / "index"
+    draw_shape(photos / "red.png", "red")
+    draw_shape(photos / "blue.png", "blue")
+    r = CliRunner().invoke(
+        cli, ["index", str(photos), "--index", str(index), "--models", str(standin_models), "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    # red 0-4 s, blue 4-8 s: the frame at 5 s looks like the blue photo, at 1 s the red one
+    video = write_video(photos / "clip.mp4", segments, seconds=8.0)
+    with TestClient(create_app(index, standin_models, prefetch_masks=0), base_url=BASE) as c:
+        ids = {
+            Path(h["path"]).name: h["id"]
+            for h in c.get("/api/search", params={"q": "red"}).json()["hits"]
+        }
+    vid = add_video(index, video, [(1.0, ids["red.png"]), (5.0, ids["blue.png"])])
+    with TestClient(create_app(index, standin_models, prefetch_masks=0), base_url=BASE) as c:
+        yield Served(c, root, video, vid, ids)
+
+
+# -- byte ranges -----------------------------------------------------------------------------
+def test_without_a_range_the_whole_video_is_sent_and_ranges_are_offered(served):
+    r = served.ranged(None)
+    assert r.status_code == 200, r.text
+    assert r.content == served.video.read_bytes()
+    assert r.headers["accept-ranges"] == "bytes"
+    assert r.headers["content-type"] == "video/mp4"
+    assert int(r.headers["content-length"]) == served.video.stat().st_size
+
+
+def test_the_first_bytes(served):
+    data = served.video.read_bytes()
+    r = served.ranged("bytes=0-99")
+    assert r.status_code == 206
+    assert r.content == data[:100]
+    assert r.headers["content-range"] == f"bytes 0-99/{len(data)}"
+    assert r.headers["content-length"] == "100"
+
+
+def test_an_open_range_from_the_start_is_the_whole_file_as_206(served):
+    """What a browser's <video> asks for first."""
+    data = served.video.read_bytes()
+    r = served.ranged("bytes=0-")
+    assert r.status_code == 206 and r.content == data
+    assert r.headers["content-range"] == f"bytes 0-{len(data) - 1}/{len(data)}"
+
+
+def test_a_middle_range(served):
+    data = served.video.read_bytes()
+    a, b = len(data) // 3, len(data) // 3 + 1234
+    r = served.ranged(f"bytes={a}-{b}")
+    assert r.status_code == 206
+    assert r.content == data[a : b + 1]
+    assert r.headers["content-range"] == f"bytes {a}-{b}/{len(data)}"
+
+
+def test_a_suffix_range_is_the_last_bytes(served):
+    data = served.video.read_bytes()
+    r = served.ranged("bytes=-500")
+    assert r.status_code == 206
+    assert r.content == data[-500:]
+    assert r.headers["content-range"] == f"bytes {len(data) - 500}-{len(data) - 1}/{len(data)}"
+
+
+def test_a_range_running_past_the_end_is_cut_to_the_file(served):
+    data = served.video.read_bytes()
+    r = served.ranged(f"bytes={len(data) - 10}-{len(data) + 5000}")
+    assert r.status_code == 206 and r.content == data[-10:]
+    assert r.headers["content-range"] == f"bytes {len(data) - 10}-{len(data) - 1}/{len(data)}"
+
+
+@pytest.mark.parametrize("spec", ["bytes={size}-", "bytes={size}-{more}", "bytes=-0"])
+def test_a_range_past_the_end_is_416_with_the_size(served, spec):
+    size = served.video.stat().st_size
+    r = served.ranged(spec.format(size=size, more=size + 10))
+    assert r.status_code == 416, r.text
+    assert r.headers["content-range"] == f"bytes */{size}"
+    assert r.json()["status"] == 416 and "range" in r.json()["error"]
+
+
+@pytest.mark.parametrize("spec", ["bytes=0-9,20-29", "items=0-9", "bytes=9-0", "bytes=x-y"])
+def test_a_range_it_cannot_answer_alone_gets_the_whole_file(served, spec):
+    r = served.ranged(spec)
+    assert r.status_code == 200 and r.content == served.video.read_bytes()
+
+
+# -- what is refused -------------------------------------------------------------------------
+def test_a_photo_or_an_id_not_in_the_index_is_not_a_video(served):
+    for url in (f"/api/video/{served.ids['red.png']}", f"/api/video/{served.video_id + 100}"):
+        r = served.ranged("bytes=0-9", url)
+        assert r.status_code == 404, r.text
+        assert r.json()["status"] == 404 and "error" in r.json()
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "..%2F..%2Fetc%2Fpasswd", "9" * 30])
+def test_a_path_or_junk_in_place_of_an_id_is_refused(served, bad):
+    r = served.client.get(f"/api/video/{bad}", headers={"Range": "bytes=0-9"})
+    assert r.status_code in (400, 404), r.text
+    assert "error" in r.json() and b"ftyp" not in r.content
+
+
+def test_a_video_replaced_since_indexing_is_refused(served, tmp_path):
+    """Same size and time, other bytes: the content check refuses it, as for a photo."""
+    path, st = served.video, served.video.stat()
+    original = path.read_bytes()
+    changed = bytearray(original)
+    changed[len(changed) // 2] ^= 0xFF
+    try:
+        path.write_bytes(bytes(changed))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        r = served.ranged("bytes=0-99")
+        assert r.status_code == 409, r.text
+        assert "differs" in r.json()["error"]
+    finally:
+        path.write_bytes(original)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert served.ranged("bytes=0-99").status_code == 206
+
+
+def test_a_video_deleted_since_indexing_is_not_found(served):
+    moved = served.video.with_suffix(".away")
+    served.video.rename(moved)
+    try:
+        assert served.ranged("bytes=0-99").status_code == 404
+    finally:
+        moved.rename(served.video)
