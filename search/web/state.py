@@ -21,12 +21,12 @@ from fastapi import Depends, Request
 
 from wherein.schemas.errors import IndexError_
 from wherein.search.api import Template
-from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes, usable_cache
-from wherein.search.localize.vision_store import VISION_DIR, VisionStore
+from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes, usable_cache
+from wherein.search.cache.thumbs import ResizedCache
+from wherein.search.cache.vision_store import VISION_DIR, VisionStore
 from wherein.search.web import DEFAULT_PREFETCH_MASKS
 from wherein.search.web.files import IndexedFile, NotFound
 from wherein.search.web.masks import MaskService
-from wherein.search.web.thumbs import ResizedCache
 
 THUMB_SIDE = 384  # grid tiles are ~200 CSS px: sharp on 2x screens
 PREVIEW_SIDE = 1600

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fastapi import APIRouter
 
-from wherein.search.localize.vision_store import VISION_DIR
+from wherein.search.cache.vision_store import VISION_DIR
 from wherein.search.web.responses import JSONResponse
 from wherein.search.web.routes.common import json_schema_response
 from wherein.search.web.state import Web
