@@ -11,16 +11,19 @@ with frame vectors copied from the photos so that a text query finds one frame.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from test_video_media import segments, write_video
+from PIL import Image
+from test_video_media import BLUE, RED, close, segments, write_video
 
 from wherein.indexer.store.index_store import IndexStore
 from wherein.search.cli import cli
+from wherein.search.web import schemas
 from wherein.search.web.app import create_app
 
 from conftest import draw_shape
@@ -49,9 +52,11 @@ def add_video(index: Path, video: Path, frames: list[tuple[float, int]]) -> int:
             "model_id": like["model_id"],
         }
         with cat.transaction():
-            return cat.insert_image(
+            video_id = cat.insert_image(
                 record, None, items=[("frame", t, None, vector_of[i]) for t, i in frames]
             )
+            cat.bump_generation()  # as a commit of `wherein index` does: FAISS catches up
+        return video_id
 
 
 class Served:
@@ -198,3 +203,76 @@ def test_a_video_deleted_since_indexing_is_not_found(served):
         assert served.ranged("bytes=0-99").status_code == 404
     finally:
         moved.rename(served.video)
+
+
+# -- a video hit: its frame, its URLs, its mask ----------------------------------------------
+def jpeg_colour(data: bytes) -> tuple[int, ...]:
+    img = Image.open(io.BytesIO(data)).convert("RGB")
+    return tuple(int(c) for c in img.resize((1, 1), Image.Resampling.BOX).getpixel((0, 0)))
+
+
+def video_hit(served, q: str) -> dict:
+    r = served.client.get("/api/search", params={"q": q, "per_page": 50})
+    assert r.status_code == 200, r.text
+    schemas.validator("api.search.schema.json").validate(r.json())
+    (hit,) = [h for h in r.json()["hits"] if h["id"] == served.video_id][:1]
+    return hit
+
+
+def test_a_video_hit_carries_its_video_url_and_a_thumbnail_of_the_matching_frame(served):
+    hit = video_hit(served, "blue")
+    assert hit["time"] == 5.0
+    assert hit["video_url"].startswith(f"/api/video/{served.video_id}")
+    assert "t=5.0" in hit["thumb_url"] and "t=5.0" in hit["image_url"]
+    r = served.client.get(hit["thumb_url"])
+    assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg"
+    assert close(jpeg_colour(r.content), BLUE, tol=30)  # the frame at 5 s, not the first one
+    again = served.client.get(hit["thumb_url"])
+    assert again.headers["x-wherein-cache"] == "hit" and again.content == r.content
+    red = served.client.get(f"/api/thumb/{served.video_id}?t=1.0")
+    assert close(jpeg_colour(red.content), RED, tol=30)  # each moment its own entry
+    assert served.client.get(hit["video_url"], headers={"Range": "bytes=0-9"}).status_code == 206
+
+
+def test_a_photo_hit_has_no_video_url(served):
+    r = served.client.get("/api/search", params={"q": "red"}).json()
+    photo = next(h for h in r["hits"] if h["id"] == served.ids["red.png"])
+    assert "video_url" not in photo and "t=" not in photo["thumb_url"]
+
+
+def test_the_mask_of_a_video_is_of_its_frame_at_the_time_asked(served):
+    vid = served.video_id
+    on_red = served.client.get(f"/api/mask/{vid}", params={"prompt": "red", "t": 1.0})
+    on_blue = served.client.get(f"/api/mask/{vid}", params={"prompt": "red", "t": 5.0})
+    assert on_red.status_code == on_blue.status_code == 200, on_red.text
+    assert on_red.json()["time"] == 1.0 and on_blue.json()["time"] == 5.0
+    schemas.validator("api.mask.schema.json").validate(on_red.json())
+    assert on_red.json()["mask_area"] > 0.9 > 0.1 > on_blue.json()["mask_area"]
+    assert (on_red.json()["width"], on_red.json()["height"]) == (96, 64)
+    overlay = served.client.get(on_red.json()["overlay_url"])
+    assert overlay.status_code == 200 and overlay.headers["content-type"] == "image/jpeg"
+    png = served.client.get(on_red.json()["mask_url"])
+    assert Image.open(io.BytesIO(png.content)).size == (96, 64)
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "words"),
+    [
+        ("/api/thumb/{photo}?t=1.0", 400, "photo"),
+        ("/api/mask/{photo}?prompt=red&t=1.0", 400, "photo"),
+        ("/api/thumb/{video}?t=99", 400, "no frame at 99"),
+        ("/api/thumb/{video}?t=-1", 400, "t:"),
+    ],
+)
+def test_a_time_only_a_video_can_have(served, url, status, words):
+    r = served.client.get(url.format(photo=served.ids["red.png"], video=served.video_id))
+    assert r.status_code == status, r.text
+    assert words in r.json()["error"]
+
+
+def test_the_record_of_a_video_says_so_and_links_the_video(served):
+    r = served.client.get(f"/api/hit/{served.video_id}").json()
+    schemas.validator("api.image.schema.json").validate(r)
+    assert r["kind"] == "video" and r["video_url"].startswith(f"/api/video/{served.video_id}")
+    photo = served.client.get(f"/api/hit/{served.ids['red.png']}").json()
+    assert photo["kind"] == "photo" and "video_url" not in photo

@@ -31,7 +31,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from wherein.schemas.errors import WhereinError
 
@@ -47,6 +47,10 @@ class FileChanged(WhereinError):
     """The file at the indexed path is no longer the indexed content (HTTP 409)."""
 
 
+class BadRequest(WhereinError):
+    """A parameter FastAPI's validation lets through but the app refuses (HTTP 400)."""
+
+
 @dataclass(frozen=True)
 class IndexedFile:
     id: int
@@ -58,11 +62,18 @@ class IndexedFile:
     height: int | None
     format: str | None
     indexed_at: str | None
+    time: float | None = None  # a video's frame, in seconds (whole milliseconds); None: a photo
 
     @property
     def key(self) -> str:
-        """'<id>-<sha256[:16]>': names cache entries so a re-indexed, changed file gets new ones."""
-        return f"{self.id}-{self.sha256[:16]}"
+        """'<id>-<sha256[:16]>': names cache entries so a re-indexed, changed file gets new ones;
+        a video's frame adds '-t<ms>', so each moment has its own thumbnail and mask."""
+        frame = f"-t{round(self.time * 1000)}" if self.time is not None else ""
+        return f"{self.id}-{self.sha256[:16]}{frame}"
+
+    def at(self, time: float) -> IndexedFile:
+        """This video's frame at `time` seconds, rounded to the millisecond (as it is keyed)."""
+        return replace(self, time=round(float(time), 3))
 
     @classmethod
     def from_row(cls, row: dict) -> IndexedFile:

@@ -39,10 +39,6 @@ def error_response(
     return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 
 
-class BadRequest(WhereinError):
-    """A parameter FastAPI's validation lets through but the app refuses (HTTP 400)."""
-
-
 def _status_for(exc: WhereinError) -> int:
     if isinstance(exc, NotFound):
         return 404

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from wherein.search.web.files import FileChanged, IndexedFile, NotFound, opened_verified
+from wherein.search.web.files import BadRequest, IndexedFile, NotFound, opened_verified
 from wherein.search.web.ranges import byte_range, content_range
 
 # Container format (the catalog's `format`: the file's extension) -> what a browser is told.
@@ -34,8 +34,13 @@ MEDIA_TYPES = {
 CHUNK = 1 << 18  # bytes per read while streaming a range
 
 
+def is_video_format(fmt: str | None) -> bool:
+    """Whether the catalog's `format` of a file (its extension for a video) is a video's."""
+    return (fmt or "").lower().lstrip(".") in MEDIA_TYPES
+
+
 def is_video(f: IndexedFile) -> bool:
-    return (f.format or "").lower().lstrip(".") in MEDIA_TYPES
+    return is_video_format(f.format)
 
 
 def media_type(f: IndexedFile) -> str:
@@ -92,10 +97,11 @@ def _read(stack: ExitStack, fd: int, first: int, last: int) -> Iterator[bytes]:
             at += len(chunk)
 
 
-def frame_image(f: IndexedFile, t: float) -> Image.Image:
-    """The frame a player shows at t seconds, full size, read from the verified file."""
-    from wherein.indexer.video import VideoError, frame_at
+def frame_image(f: IndexedFile) -> Image.Image:
+    """The frame a player shows at f.time seconds, full size, read from the verified file."""
+    from wherein.indexer.video import VideoError, frame_at  # PyAV: only when a frame is asked
 
+    t = f.time or 0.0
     with opened_verified(require_video(f)) as fd:
         # The descriptor's own path (Linux, and /dev/fd elsewhere) opens the very file checked.
         via = next(
@@ -103,5 +109,5 @@ def frame_image(f: IndexedFile, t: float) -> Image.Image:
         )
         try:
             return frame_at(via, t).image()
-        except VideoError as exc:
-            raise FileChanged(f"image {f.id}: no frame at {t:g} s ({exc})") from None
+        except VideoError as exc:  # the content is the indexed one: it is the time that is off
+            raise BadRequest(f"t: image {f.id} has no frame at {t:g} s ({exc})") from None

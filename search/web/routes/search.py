@@ -8,9 +8,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from wherein.search.web.responses import BadRequest, JSONResponse
+from wherein.schemas.records import Hit
+from wherein.search.web.files import BadRequest
+from wherein.search.web.responses import JSONResponse
 from wherein.search.web.routes.common import MAX_ID, json_schema_response, urls
 from wherein.search.web.state import Web, WebState
+from wherein.search.web.videos import is_video_format
 
 MAX_PER_PAGE = 200
 PAGE_BLOCK = 200
@@ -87,8 +90,8 @@ def search(
     chunk = hits[end - per_page : end]
     prompt = query.mask_prompt()
     if prompt and page == 1 and state.prefetch_masks > 0:
-        first = [h.id for h in chunk[: state.prefetch_masks]]
-        state.masks.prefetch([functools.partial(state.indexed, i) for i in first], prompt)
+        first = [(h.id, _moment(h)) for h in chunk[: state.prefetch_masks]]
+        state.masks.prefetch([functools.partial(state.indexed, i, t) for i, t in first], prompt)
     return JSONResponse(
         {
             "query": str(query),
@@ -97,12 +100,17 @@ def search(
             "per_page": per_page,
             "has_more": len(hits) > end,
             "total": total,
-            "hits": [{**h.to_dict(), **urls(h.id, h.sha256)} for h in chunk],
+            "hits": [{**h.to_dict(), **urls(h.id, h.sha256, _moment(h))} for h in chunk],
             "timings": timings,
             "warnings": warnings,
             "standin": state.searcher.models.is_standin,
         }
     )
+
+
+def _moment(h: Hit) -> float | None:
+    """The time a video hit is shown at (its best frame's); None for a photo."""
+    return h.time if h.time is not None and is_video_format(h.format) else None
 
 
 def _check_indexed(state: WebState, image_id: int) -> None:

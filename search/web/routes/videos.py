@@ -30,7 +30,7 @@ def video(
     image_id: ImageId,
     range_: Annotated[str | None, Header(alias="range", max_length=200)] = None,
 ) -> Response:
-    f = videos.require_video(state.indexed(image_id))
+    f = videos.require_video(state.file(image_id))
     with state.serving(f):
         try:
             out = videos.body(f, range_)
