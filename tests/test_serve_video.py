@@ -1,16 +1,14 @@
 """Videos in `wherein serve`'s API: /api/video answers HTTP byte ranges (a player's first
 bytes, a seek into the middle, an MP4 index read from the end), only for indexed videos
-and under the same file checks as photos; a video hit carries its video_url and a thumbnail
-of its frame at the hit's time.
+and under the same file checks as photos; a video hit carries its video_url, and its
+thumbnail and mask are of its frame at the hit's time.
 
-The video is written with PyAV (test_video_media's helpers) and put in the catalog as
-video-index's contract says (a file row, format its extension, whose items are frames),
-with frame vectors copied from the photos so that a text query finds one frame.
+The video is written with PyAV (tests/video_files.py: red 0-4 s, blue 4-8 s) and indexed
+with the photos by `wherein index`, as a user's library would be.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 from pathlib import Path
@@ -19,9 +17,8 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from PIL import Image
-from test_video_media import BLUE, RED, close, segments, write_video
+from video_files import BLUE, RED, segments, write_video
 
-from wherein.indexer.store.index_store import IndexStore
 from wherein.search.cli import cli
 from wherein.search.web import schemas
 from wherein.search.web.app import create_app
@@ -31,44 +28,24 @@ from conftest import draw_shape
 BASE = "http://127.0.0.1"
 
 
-def add_video(index: Path, video: Path, frames: list[tuple[float, int]]) -> int:
-    """A catalog row for video whose frames at these times carry the vectors of these item
-    ids (already in the index); returns the video's catalog id."""
-    st = video.stat()
-    with IndexStore.open(index, write=True) as store:
-        cat = store.catalog
-        like = cat.rows_by_ids([frames[0][1]])[frames[0][1]]
-        ids, vectors = cat.vectors_for([i for _, i in frames])
-        vector_of = dict(zip(ids.tolist(), vectors))
-        record = {
-            "path": str(video),
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
-            "sha256": hashlib.sha256(video.read_bytes()).hexdigest(),
-            "width": 96,
-            "height": 64,
-            "format": video.suffix.lstrip("."),
-            "indexed_at": like["indexed_at"],
-            "model_id": like["model_id"],
-        }
-        with cat.transaction():
-            video_id = cat.insert_image(
-                record, None, items=[("frame", t, None, vector_of[i]) for t, i in frames]
-            )
-            cat.bump_generation()  # as a commit of `wherein index` does: FAISS catches up
-        return video_id
+def close(a, b, tol: int) -> bool:
+    return all(abs(int(x) - int(y)) <= tol for x, y in zip(a, b, strict=True))
+
+
+def build_index(folder: Path, index: Path, models: Path) -> None:
+    r = CliRunner().invoke(
+        cli, ["index", str(folder), "--index", str(index), "--models", str(models), "-q"]
+    )
+    assert r.exit_code == 0, r.output
 
 
 class Served:
-    def __init__(self, client: TestClient, root: Path, video: Path, video_id: int, ids: dict):
-        self.client, self.root, self.video, self.video_id, self.ids = (
-            client,
-            root,
-            video,
-            video_id,
-            ids,
-        )
-        self.url = f"/api/video/{video_id}"
+    def __init__(self, client: TestClient, video: Path) -> None:
+        self.client, self.video = client, video
+        hits = client.get("/api/search", params={"q": "red", "per_page": 50}).json()["hits"]
+        self.ids = {Path(h["path"]).name: h["id"] for h in hits}
+        self.video_id = self.ids[video.name]
+        self.url = f"/api/video/{self.video_id}"
 
     def ranged(self, spec: str | None, url: str | None = None):
         headers = {"Range": spec} if spec is not None else {}
@@ -78,23 +55,13 @@ class Served:
 @pytest.fixture(scope="module")
 def served(standin_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("serve-video")
-    photos, index = root / "photos", root / "index"
-    draw_shape(photos / "red.png", "red")
-    draw_shape(photos / "blue.png", "blue")
-    r = CliRunner().invoke(
-        cli, ["index", str(photos), "--index", str(index), "--models", str(standin_models), "-q"]
-    )
-    assert r.exit_code == 0, r.output
-    # red 0-4 s, blue 4-8 s: the frame at 5 s looks like the blue photo, at 1 s the red one
-    video = write_video(photos / "clip.mp4", segments, seconds=8.0)
+    library, index = root / "library", root / "index"
+    draw_shape(library / "red.png", "red")
+    draw_shape(library / "blue.png", "blue")
+    video = write_video(library / "clip.mp4", segments, seconds=8.0)
+    build_index(library, index, standin_models)
     with TestClient(create_app(index, standin_models, prefetch_masks=0), base_url=BASE) as c:
-        ids = {
-            Path(h["path"]).name: h["id"]
-            for h in c.get("/api/search", params={"q": "red"}).json()["hits"]
-        }
-    vid = add_video(index, video, [(1.0, ids["red.png"]), (5.0, ids["blue.png"])])
-    with TestClient(create_app(index, standin_models, prefetch_masks=0), base_url=BASE) as c:
-        yield Served(c, root, video, vid, ids)
+        yield Served(c, video)
 
 
 # -- byte ranges -----------------------------------------------------------------------------
@@ -215,18 +182,19 @@ def video_hit(served, q: str) -> dict:
     r = served.client.get("/api/search", params={"q": q, "per_page": 50})
     assert r.status_code == 200, r.text
     schemas.validator("api.search.schema.json").validate(r.json())
-    (hit,) = [h for h in r.json()["hits"] if h["id"] == served.video_id][:1]
+    (hit,) = [h for h in r.json()["hits"] if h["id"] == served.video_id]  # one hit per video
     return hit
 
 
 def test_a_video_hit_carries_its_video_url_and_a_thumbnail_of_the_matching_frame(served):
     hit = video_hit(served, "blue")
-    assert hit["time"] == 5.0
+    assert hit["kind"] == "video" and 4.0 <= hit["time"] < 8.0  # a frame of the blue part
     assert hit["video_url"].startswith(f"/api/video/{served.video_id}")
-    assert "t=5.0" in hit["thumb_url"] and "t=5.0" in hit["image_url"]
+    at = f"t={hit['time']!r}"
+    assert at in hit["thumb_url"] and at in hit["image_url"]
     r = served.client.get(hit["thumb_url"])
     assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg"
-    assert close(jpeg_colour(r.content), BLUE, tol=30)  # the frame at 5 s, not the first one
+    assert close(jpeg_colour(r.content), BLUE, tol=30)  # the hit's frame, not the first one
     again = served.client.get(hit["thumb_url"])
     assert again.headers["x-wherein-cache"] == "hit" and again.content == r.content
     red = served.client.get(f"/api/thumb/{served.video_id}?t=1.0")
@@ -276,3 +244,15 @@ def test_the_record_of_a_video_says_so_and_links_the_video(served):
     assert r["kind"] == "video" and r["video_url"].startswith(f"/api/video/{served.video_id}")
     photo = served.client.get(f"/api/hit/{served.ids['red.png']}").json()
     assert photo["kind"] == "photo" and "video_url" not in photo
+
+
+def test_the_kind_filter_keeps_photos_or_videos(served):
+    def names(kind: str) -> set[str]:
+        r = served.client.get("/api/search", params={"q": "red", "kind": kind})
+        assert r.status_code == 200, r.text
+        return {Path(h["path"]).name for h in r.json()["hits"]}
+
+    assert names("video") == {"clip.mp4"}
+    assert names("photo") == {"red.png", "blue.png"}
+    r = served.client.get("/api/search", params={"q": "red", "kind": "audio"})
+    assert r.status_code == 400 and "kind" in r.json()["error"]

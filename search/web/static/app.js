@@ -3,10 +3,10 @@
 
 const $ = (id) => document.getElementById(id);
 const state = {
-  q: "", like: [], minProb: 0, under: "", taken: "", camera: "", near: "",
+  q: "", like: [], minProb: 0, under: "", taken: "", camera: "", near: "", kind: "",
   sort: "score", page: 1, perPage: 48,
 };
-const PHOTO_FILTERS = ["taken", "camera", "near"];
+const FILTERS = ["taken", "camera", "near", "kind"];  // text filters kept in the address
 let hits = [];        // the hits on this page
 let current = -1;     // index in hits of the open detail view
 let maskPrompt = "";  // default prompt from the last search
@@ -24,7 +24,7 @@ function readHash() {
   state.like = p.getAll("like").map(Number).filter((n) => Number.isInteger(n) && n > 0);
   state.minProb = Number(p.get("p")) || 0;
   state.under = p.get("under") || "";
-  for (const f of PHOTO_FILTERS) state[f] = p.get(f) || "";
+  for (const f of FILTERS) state[f] = p.get(f) || "";
   state.sort = p.get("sort") || "score";
   state.page = Math.max(1, parseInt(p.get("page") || "1", 10) || 1);
   state.perPage = parseInt(p.get("n") || "48", 10) || 48;
@@ -36,7 +36,7 @@ function writeHash() {
   state.like.forEach((id) => p.append("like", String(id)));
   if (state.minProb) p.set("p", String(state.minProb));
   if (state.under) p.set("under", state.under);
-  for (const f of PHOTO_FILTERS) if (state[f]) p.set(f, state[f]);
+  for (const f of FILTERS) if (state[f]) p.set(f, state[f]);
   if (state.sort !== "score") p.set("sort", state.sort);
   if (state.page > 1) p.set("page", String(state.page));
   if (state.perPage !== 48) p.set("n", String(state.perPage));
@@ -49,7 +49,7 @@ function syncControls() {
   $("min-prob").value = String(state.minProb);
   $("min-prob-out").textContent = state.minProb ? state.minProb.toFixed(2) : "off";
   $("under").value = state.under;
-  for (const f of PHOTO_FILTERS) $(f).value = state[f];
+  for (const f of FILTERS) $(f).value = state[f];
   $("sort").value = state.sort;
   $("per-page").value = String(state.perPage);
   renderChips();
@@ -86,7 +86,7 @@ async function runSearch() {
   try {
     const r = await api("/api/search", {
       q: state.q, like: state.like, min_probability: state.minProb || null,
-      under: state.under, taken: state.taken, camera: state.camera, near: state.near,
+      under: state.under, taken: state.taken, camera: state.camera, near: state.near, kind: state.kind,
       sort: state.sort, page: state.page, per_page: state.perPage,
     });
     if (seq !== searchSeq) return;
@@ -473,7 +473,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("min-prob").addEventListener("change", () => { state.minProb = Number($("min-prob").value); state.page = 1; go(); });
   $("under").addEventListener("change", () => { state.under = $("under").value.trim(); state.page = 1; go(); });
-  for (const f of PHOTO_FILTERS) {
+  for (const f of FILTERS) {
     $(f).addEventListener("change", () => { state[f] = $(f).value.trim(); state.page = 1; go(); });
   }
   $("sort").addEventListener("change", () => { state.sort = $("sort").value; state.page = 1; go(); });
