@@ -735,17 +735,32 @@ class Catalog:
         return [_path(p) for (p,) in rows]
 
     def exact_duplicate_groups(self) -> list[list[int]]:
-        """Item ids of the 'image' items of files with the same content hash, a group per
-        hash (ids ascending)."""
+        """File ids of the files with the same content hash that yield items, a group per hash
+        (ids ascending). A photo's file id is its one item's id; a video's names the file."""
         rows = self._conn.execute(
-            "SELECT i.sha256, it.id FROM images i JOIN items it ON it.image_id = i.id "
-            "WHERE it.kind = 'image' AND i.sha256 IN (SELECT sha256 FROM images "
-            "GROUP BY sha256 HAVING count(*) > 1) ORDER BY i.sha256, it.id"
+            "SELECT i.sha256, i.id FROM images i WHERE i.sha256 IN (SELECT sha256 FROM images "
+            "GROUP BY sha256 HAVING count(*) > 1) AND EXISTS (SELECT 1 FROM items it "
+            "WHERE it.image_id = i.id) ORDER BY i.sha256, i.id"
         )
         groups: dict[str, list[int]] = {}
         for sha, image_id in rows:
             groups.setdefault(sha, []).append(int(image_id))
         return list(groups.values())
+
+    def frame_items(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(item ids ascending, their file ids, their times in seconds) of every 'frame' item,
+        embedded or not: the videos' frames (empty arrays in an index without videos)."""
+        rows = self._conn.execute(
+            "SELECT id, image_id, t FROM items WHERE kind = 'frame' ORDER BY id"
+        ).fetchall()
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+        ids, files, times = zip(*rows, strict=True)
+        return (
+            np.array(ids, np.int64),
+            np.array(files, np.int64),
+            np.array([np.nan if t is None else t for t in times], np.float64),
+        )
 
     def embedded_ids(self) -> np.ndarray:
         """Ids of the items with a vector, ascending (what FAISS must hold)."""
