@@ -115,7 +115,7 @@ class Frames:
         self.item_ids, self.file_ids, self.times = cat.frame_items()
         order = np.lexsort((self.item_ids, self.file_ids))
         by_file = self.file_ids[order]
-        starts = np.flatnonzero(np.r_[True, by_file[1:] != by_file[:-1]]) if len(order) else []
+        starts: list[int] = np.flatnonzero(np.r_[True, by_file[1:] != by_file[:-1]]).tolist()
         bounds = zip(starts, [*starts[1:], len(order)], strict=True)
         # file id -> positions of its frames
         self._span = {int(by_file[s]): order[s:e] for s, e in bounds} if len(order) else {}
@@ -176,8 +176,8 @@ def candidate_pairs(
     is_query_frame = frames.is_frame(ids)
     if not is_query_frame.any():
         return
-    counts = np.diff(lims.astype(np.int64))
-    q_of = np.repeat(np.arange(len(ids)), counts)
+    bounds = np.asarray(lims, np.int64)
+    q_of = np.repeat(np.arange(len(ids)), bounds[1:] - bounds[:-1])
     keep = is_query_frame[q_of] & frames.is_frame(found)
     if not keep.any():
         return
