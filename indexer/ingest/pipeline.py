@@ -15,6 +15,9 @@ path by construction.
   time, or ``quick_every`` items that need no model, or ``seconds`` of wall time
   with anything pending. The model-time rule bounds what a killed run loses with
   a slow tower: a run killed again and again still moves forward.
+- A ``Side`` feeds steps that come from work a route started rather than from an input
+  item (a video's frames, chunk by chunk, decoded on the same pool as the loads): they
+  join the batches as they are ready, so photos keep flowing while a long video decodes.
 """
 
 from __future__ import annotations
@@ -55,6 +58,24 @@ class Step(Generic[T]):
     vector: np.ndarray | None = None
 
 
+class Side(Protocol[T]):
+    """Steps from work in flight on the decode pool, ready out of input order."""
+
+    @property
+    def busy(self) -> bool:
+        """Work still in flight."""
+        ...
+
+    @property
+    def saturated(self) -> bool:
+        """As much in flight as memory allows: the loop waits before routing more."""
+        ...
+
+    def ready(self, block: bool) -> list[Step[T]]:
+        """The steps done so far (block: wait for at least one while busy)."""
+        ...
+
+
 @dataclass(frozen=True)
 class CommitPolicy:
     every: int = 32
@@ -79,10 +100,16 @@ def default_workers() -> int:
 
 
 def prefetch(
-    items: Iterable[I], load: Callable[[I], L], workers: int, ahead: int
+    items: Iterable[I],
+    load: Callable[[I], L],
+    workers: int,
+    ahead: int,
+    pool: ThreadPoolExecutor | None = None,
 ) -> Generator[tuple[I, L], None, None]:
-    """(item, load(item)) in input order, with at most `ahead` loads queued or running."""
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="decode")
+    """(item, load(item)) in input order, with at most `ahead` loads queued or running; on
+    `pool` when given (the caller shuts it down), else on one of its own."""
+    own = pool is None
+    pool = pool or ThreadPoolExecutor(workers, thread_name_prefix="decode")
     window: deque[tuple[I, Future[L]]] = deque()
     it = iter(items)
     try:
@@ -94,7 +121,11 @@ def prefetch(
             item, fut = window.popleft()
             yield item, fut.result()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if own:
+            pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            for _, fut in window:
+                fut.cancel()
 
 
 class _Pending(Generic[T]):
@@ -166,17 +197,33 @@ def run_pipeline(
     workers: int,
     policy: CommitPolicy = CommitPolicy(),  # noqa: B008 - frozen, shared safely
     clock: Callable[[], float] = time.perf_counter,
+    pool: ThreadPoolExecutor | None = None,
+    side: Side[T] | None = None,
 ) -> None:
-    """Load every item, route it, embed what needs the model, and commit in batches (in order)."""
+    """Load every item, route it, embed what needs the model, and commit in batches (in
+    order; a side's steps in the order they are ready). pool: the decode threads, shared
+    with the side's work (the caller shuts it down)."""
     pending: _Pending[T] = _Pending(tower, clock)
     last = clock()
-    ahead = workers * 4 + tower.batch_size
-    with closing(prefetch(items, load, workers, ahead)) as stream:
-        for item, loaded in stream:
-            pending.add(route(item, loaded))
+
+    def add(steps: Iterable[Step[T]]) -> None:
+        nonlocal last
+        for step in steps:
+            pending.add(step)
             quick = len(pending.steps) - pending.model_steps
             if policy.due(pending.embedded, quick, pending.model_seconds, clock() - last):
                 commit(pending.take())
                 last = clock()
+
+    ahead = workers * 4 + tower.batch_size
+    with closing(prefetch(items, load, workers, ahead, pool)) as stream:
+        for item, loaded in stream:
+            add([route(item, loaded)])
+            if side is not None:
+                add(side.ready(block=False))
+                while side.saturated:
+                    add(side.ready(block=True))
+    while side is not None and side.busy:
+        add(side.ready(block=True))
     if pending.steps:
         commit(pending.take())

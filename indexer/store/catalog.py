@@ -69,6 +69,7 @@ from wherein.indexer.store.labels import LabelsTable
 from wherein.indexer.store.photos import PHOTO_COLUMNS, PhotosTable
 from wherein.indexer.store.salvage import Salvaged, salvage
 from wherein.indexer.store.skips import SkipsTable
+from wherein.indexer.store.videos import VideoRows
 
 # Importers of this module's names from before the split keep working.
 __all__ = [
@@ -96,7 +97,7 @@ _ITEMS_VIEWS = (
 )
 
 
-class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks):
+class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks, VideoRows):
     def __init__(self, path: Path, readonly: bool = False, verify: bool = False) -> None:
         """verify: check every page (PRAGMA quick_check) before anything is written, so a
         damaged catalog is refused before a run writes into it (about 0.7 s per 100k rows)."""

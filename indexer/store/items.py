@@ -112,14 +112,15 @@ class ItemsTable(FilesTable):
         self,
         record: dict,
         vector: np.ndarray | None,
-        items: Sequence[tuple[str, float | None, Sequence[float] | None, np.ndarray | None]] = (),
+        items: Sequence[tuple[str, float | None, Sequence[float] | None, np.ndarray | None]]
+        | None = None,
     ) -> int:
         """A new file row (record: path, size, mtime_ns, sha256, width, height, format,
         indexed_at, model_id, and optionally ctime_ns, inode), its one 'image' item and that
         item's embedding (vector; None: not embedded yet); clears a skip of that path.
         Returns the id (the file's and its first item's). items, when given, are what the
         file yields instead of the one whole image: (kind, t, box or None, vector) each, ids
-        in that order."""
+        in that order (empty: none yet, a video's frames come later)."""
         key = _key(record["path"])
         image_id = self.next_image_id()
         self._conn.execute(
@@ -128,7 +129,7 @@ class ItemsTable(FilesTable):
             ":sha256, :width, :height, :format, :indexed_at, :model_id, :ctime_ns, :inode)",
             {"ctime_ns": None, "inode": None, **record, "key": key, "id": image_id},
         )
-        located = list(items) or [("image", None, None, vector)]  # a photo
+        located = list(items) if items is not None else [("image", None, None, vector)]
         for n, (kind, t, box, vec) in enumerate(located):
             item_id = image_id + n  # next_image_id: no id at or past image_id was ever used
             x0, y0, x1, y1 = box if box is not None else (None, None, None, None)
