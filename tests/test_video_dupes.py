@@ -1,15 +1,13 @@
 """Videos in `wherein dupes` and `wherein unique` (search/curate/video_dupes.py).
 
 The unit tests compare synthetic clips (frame times and vectors, no model); the end-to-end
-tests index real H.264 videos written with PyAV (tests/test_video_media.py's writer) and a
+tests `wherein index` real H.264 videos written with PyAV (tests/video_files.py) and a
 re-encode of one of them, on the stand-in models.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import av
@@ -17,12 +15,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from PIL import Image
-from test_video_media import BLUE, GREEN, RED, segments, solid, write_video
+from video_files import BLUE, GREEN, RED, segments, solid, write_video
 
-from wherein.indexer.models.modeldir import ModelDir
-from wherein.indexer.models.registry import load_image_embedder
-from wherein.indexer.store.index_store import IndexStore
-from wherein.indexer.video import probe, sample
 from wherein.search.cli import cli
 from wherein.search.curate import video_dupes as VD
 
@@ -173,33 +167,6 @@ def transcode(src: Path, dst: Path, size: tuple[int, int], bit_rate: int) -> Pat
     return dst
 
 
-def add_videos(index: Path, models: Path, paths: list[Path]) -> None:
-    """Put videos in the index as frame items, as the contract has `wherein index` do
-    (sampled frames, each embedded by the index's model)."""
-    embedder = load_image_embedder(ModelDir(models))
-    with IndexStore.open(index, write=True) as store, store.catalog.transaction():
-        cat = store.catalog
-        for path in paths:
-            frames = list(sample(path))
-            batch = np.stack([embedder.preprocess(f.image()) for f in frames])
-            vectors = embedder.embed(batch)
-            info, st = probe(path), path.stat()
-            record = {
-                "path": str(path),
-                "size": st.st_size,
-                "mtime_ns": st.st_mtime_ns,
-                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                "width": info.width,
-                "height": info.height,
-                "format": path.suffix[1:],
-                "indexed_at": datetime.now(UTC).isoformat(),
-                "model_id": cat.get_meta("model_id"),
-            }
-            items = [("frame", f.time, None, v) for f, v in zip(frames, vectors, strict=True)]
-            cat.insert_image(record, None, items=items)
-        cat.bump_generation()
-
-
 @pytest.fixture()
 def library(env, tmp_path) -> Path:
     """A clip, its re-encode (.mov, smaller, other bitrate and GOP), a byte copy of it, a
@@ -216,8 +183,6 @@ def library(env, tmp_path) -> Path:
     Image.fromarray(solid(BLUE)).save(root / "blue.png")
     Image.fromarray(solid(GREEN)).save(root / "green.png")
     run("index", root, "-q")
-    videos = [root / "clip.mp4", root / "clip_small.mov", root / "copy" / "clip.mp4"]
-    add_videos(env["index"], env["models"], [*videos, root / "other.mp4"])
     return root
 
 
