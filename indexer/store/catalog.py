@@ -12,7 +12,7 @@ here, never the other way round.
 
 The methods live by table, one module each: files.py (images), items.py (items and
 embeddings), skips.py, labels.py, photos.py (and a hit's row), meta.py, integrity.py,
-vector_rows.py (the vectors.f16 lifecycle and transaction()), beside connection.py
+vector_rows.py (the vectors.f16 lifecycle and transaction()), videos.py, beside connection.py
 (opening, refusing, naming damage) and salvage.py. Each is a mixin over base.py's
 CatalogBase, and Catalog below joins them and opens the connection. Mixins rather than
 composed parts: callers keep one object with the same methods (a part per table would
@@ -69,7 +69,6 @@ from wherein.indexer.store.labels import LabelsTable
 from wherein.indexer.store.photos import PHOTO_COLUMNS, PhotosTable
 from wherein.indexer.store.salvage import Salvaged, salvage
 from wherein.indexer.store.skips import SkipsTable
-from wherein.indexer.store.videos import VideoRows
 
 # Importers of this module's names from before the split keep working.
 __all__ = [
@@ -97,7 +96,7 @@ _ITEMS_VIEWS = (
 )
 
 
-class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks, VideoRows):
+class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks):
     def __init__(self, path: Path, readonly: bool = False, verify: bool = False) -> None:
         """verify: check every page (PRAGMA quick_check) before anything is written, so a
         damaged catalog is refused before a run writes into it (about 0.7 s per 100k rows)."""

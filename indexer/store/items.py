@@ -32,10 +32,43 @@ class ItemsTable(FilesTable):
             0
         ]
 
-    def embedded_ids(self) -> np.ndarray:
-        """Ids of the items with a vector, ascending (what FAISS must hold)."""
-        rows = self._conn.execute("SELECT item_id FROM embeddings ORDER BY item_id").fetchall()
+    def embedded_ids(self, kind: str | None = None) -> np.ndarray:
+        """Ids of the items with a vector, ascending (what FAISS must hold); with kind
+        ('image', 'frame'), only the items of that kind."""
+        if kind is None:
+            rows = self._conn.execute("SELECT item_id FROM embeddings ORDER BY item_id").fetchall()
+        else:
+            rows = self._conn.execute(
+                "SELECT e.item_id FROM embeddings e JOIN items it ON it.id = e.item_id "
+                "WHERE it.kind = ? ORDER BY e.item_id",
+                (kind,),
+            ).fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def item_files(self, ids: Iterable[int]) -> dict[int, int]:
+        """item id -> its file's id, for the item ids in the catalog."""
+        out: dict[int, int] = {}
+        for chunk in _chunks(ids):
+            rows = self._conn.execute(
+                f"SELECT id, image_id FROM items WHERE id IN ({_marks(chunk)})", chunk
+            )
+            out.update((int(i), int(f)) for i, f in rows)
+        return out
+
+    def embedded_frames(self, file_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
+        """file id -> (item id, t) of its embedded 'frame' items, by time (then id); files
+        without one are left out."""
+        out: dict[int, list[tuple[int, float]]] = {}
+        for chunk in _chunks(file_ids):
+            rows = self._conn.execute(
+                "SELECT it.image_id, it.id, it.t FROM items it JOIN embeddings e ON "
+                f"e.item_id = it.id WHERE it.kind = 'frame' AND it.image_id IN ({_marks(chunk)}) "
+                "ORDER BY it.image_id, it.t, it.id",
+                chunk,
+            )
+            for file_id, item_id, t in rows:
+                out.setdefault(int(file_id), []).append((int(item_id), float(t or 0.0)))
+        return out
 
     def embedded_paths(self, under: Sequence[str] | None = None) -> list[tuple[int, str]]:
         """(item id, path of its file) of every embedded item; with ``under`` (absolute

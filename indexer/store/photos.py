@@ -6,10 +6,9 @@ search's photo filters (photo_matches).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from wherein.indexer.store.base import _chunks, _marks, _path
-from wherein.indexer.store.items import ItemsTable
+from wherein.indexer.store.videos import VideosTable
 
 # What an item adds to its file's row in hit_rows: its id, kind and locator (box: x0..y1).
 _ITEM_COLUMNS = ("item_id", "kind", "t", "box")
@@ -29,11 +28,7 @@ _TAKEN = (
 )
 
 
-class PhotosTable(ItemsTable):
-    if TYPE_CHECKING:  # videos.VideoRows, a sibling mixin of Catalog
-
-        def video_rows(self, file_ids: Iterable[int]) -> dict[int, dict]: ...
-
+class PhotosTable(VideosTable):
     def has_photos(self) -> bool:
         """Whether the photos table exists (a read-only catalog of an older release lacks it)."""
         return self._db["photos"].exists()

@@ -1,7 +1,7 @@
 """The catalog's videos: a file whose items are frames ('frame' items at t seconds).
 
-A mixin of ``Catalog`` (catalog.py): these methods run on its connection, inside its
-transactions. A video's file row goes in first with no items and ``complete = 0``
+A mixin of ``Catalog`` (catalog.py, over base.CatalogBase; it derives from ItemsTable,
+whose methods it calls, and PhotosTable derives from it for hit_rows' duration). A video's file row goes in first with no items and ``complete = 0``
 (``insert_video``); its frames follow in chunks (``add_frames``), the last one setting
 ``complete = 1`` (and ``damage``, when the stream broke off), so a run stopped mid-video
 leaves a row the next run finishes. A read-only catalog older than schema 6 has no videos
@@ -10,48 +10,19 @@ table: it holds no video, and these methods say so.
 
 from __future__ import annotations
 
-import os
-import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from wherein.indexer.store import migrations
+from wherein.indexer.store.base import _chunks, _marks, _path, vector_to_blob
+from wherein.indexer.store.items import ItemsTable
 
-if TYPE_CHECKING:
-    import sqlite_utils
-
-_CHUNK = 500  # ids per IN (...) list
 VIDEO_COLUMNS = ("duration", "fps", "codec", "rotation", "frames", "complete", "damage")
 
 
-def _blob(v: np.ndarray) -> bytes:
-    return np.ascontiguousarray(v, dtype="<f4").tobytes()  # as catalog.vector_to_blob
-
-
-def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:
-    ids = [int(i) for i in ids]
-    for start in range(0, len(ids), _CHUNK):
-        yield ids[start : start + _CHUNK]
-
-
-def _marks(chunk: Sequence) -> str:
-    return ",".join("?" * len(chunk))
-
-
-class VideoRows:
+class VideosTable(ItemsTable):
     """The videos table and a video's frame items (see the module docstring)."""
-
-    _conn: sqlite3.Connection
-    _db: sqlite_utils.Database
-
-    if TYPE_CHECKING:
-
-        def next_image_id(self) -> int: ...
-        def insert_image(self, record: dict, vector, items=None) -> int: ...
-        def vectors_for(self, ids: Iterable[int]) -> tuple[np.ndarray, np.ndarray]: ...
-        def _under(self, column: str, under: Sequence[str] | None) -> tuple[str, list]: ...
 
     def has_videos(self) -> bool:
         """Whether the catalog has the videos table (schema 6)."""
@@ -87,7 +58,7 @@ class VideoRows:
         )
         self._conn.executemany(
             "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
-            [(i, _blob(v)) for i, (_, v) in zip(ids, frames, strict=True)],
+            [(i, vector_to_blob(v)) for i, (_, v) in zip(ids, frames, strict=True)],
         )
         self._conn.execute(
             "UPDATE videos SET frames = (SELECT count(*) FROM items WHERE image_id = ? AND "
@@ -186,7 +157,7 @@ class VideoRows:
             "SELECT i.path, v.damage FROM videos v JOIN images i ON i.id = v.image_id "
             "WHERE v.damage IS NOT NULL ORDER BY i.path"
         )
-        return [(_text(p), d) for p, d in rows]
+        return [(_path(p), d) for p, d in rows]
 
     # -- health (status --check) -------------------------------------------------------
     def video_problems(self) -> tuple[int, int, int]:
@@ -209,7 +180,3 @@ class VideoRows:
             "(SELECT 1 FROM videos v WHERE v.image_id = it.image_id)"
         ).fetchone()[0]
         return empty, strays, waiting
-
-
-def _text(stored: bytes | str) -> str:
-    return os.fsdecode(stored) if isinstance(stored, bytes) else stored
