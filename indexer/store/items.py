@@ -111,21 +111,6 @@ class ItemsTable(FilesTable):
                 self._from_file(ids, [r[1] for r in rows], span=True),
             )
 
-    def frame_items(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(item ids ascending, their file ids, their times in seconds) of every 'frame' item,
-        embedded or not: the videos' frames (empty arrays in an index without videos)."""
-        rows = self._conn.execute(
-            "SELECT id, image_id, t FROM items WHERE kind = 'frame' ORDER BY id"
-        ).fetchall()
-        if not rows:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
-        ids, files, times = zip(*rows, strict=True)
-        return (
-            np.array(ids, np.int64),
-            np.array(files, np.int64),
-            np.array([np.nan if t is None else t for t in times], np.float64),
-        )
-
     def file_vectors(self, file_ids: Iterable[int]) -> dict[int, np.ndarray]:
         """file id -> the vector of its 'image' item, for the files that have one (what a
         copy of the same bytes reuses instead of embedding them again)."""

@@ -107,29 +107,27 @@ def similarity(a: Clip, b: Clip) -> float | None:
 
 
 class Frames:
-    """The catalog's frame items (Catalog.frame_items): which file each belongs to, and each
-    video's clip, loaded on demand (the last few kept: candidate pairs come sorted)."""
+    """The catalog's embedded frames: which video each belongs to, and each video's clip,
+    loaded on demand (the last few kept: candidate pairs come sorted)."""
 
     def __init__(self, cat) -> None:
         self.cat = cat
-        self.item_ids, self.file_ids, self.times = cat.frame_items()
-        order = np.lexsort((self.item_ids, self.file_ids))
-        by_file = self.file_ids[order]
-        starts: list[int] = np.flatnonzero(np.r_[True, by_file[1:] != by_file[:-1]]).tolist()
-        bounds = zip(starts, [*starts[1:], len(order)], strict=True)
-        # file id -> positions of its frames
-        self._span = {int(by_file[s]): order[s:e] for s, e in bounds} if len(order) else {}
+        self.item_ids = cat.embedded_ids("frame")  # ascending
+        file_of = cat.item_files(self.item_ids.tolist())
+        self.file_ids = np.array([file_of[int(i)] for i in self.item_ids], np.int64)
+        # file id -> its frames' (item id, t), by time
+        self._frames = cat.embedded_frames(sorted(set(self.file_ids.tolist())))
         self.clip = lru_cache(maxsize=_CLIP_CACHE)(self._load)
 
     def __bool__(self) -> bool:
         return bool(len(self.item_ids))
 
     def is_video(self, file_id: int) -> bool:
-        return file_id in self._span
+        return file_id in self._frames
 
     @property
     def videos(self) -> list[int]:
-        return sorted(self._span)
+        return sorted(self._frames)
 
     def is_frame(self, items: np.ndarray) -> np.ndarray:
         if not len(self.item_ids):
@@ -148,20 +146,20 @@ class Frames:
 
     def first_item(self, file_id: int) -> int:
         """The item a video's hit names: its first frame."""
-        return int(self.item_ids[self._span[file_id]].min())
+        return self._frames[file_id][0][0]
 
     def _load(self, file_id: int) -> Clip:
-        pos = self._span.get(file_id, np.zeros(0, np.int64))
-        got, vecs = self.cat.vectors_for(self.item_ids[pos].tolist())
-        t_of = dict(zip(self.item_ids[pos].tolist(), self.times[pos].tolist(), strict=True))
-        times = np.array([t_of[int(i)] for i in got], np.float64)
-        order = np.lexsort((got, times)) if len(got) else np.zeros(0, np.int64)
-        vectors = unit_rows(vecs[order]) if len(got) else np.zeros((0, 0), np.float32)
-        return Clip(file_id, times[order], vectors, self._duration(file_id))
+        frames = self._frames.get(file_id, [])
+        got, vecs = self.cat.vectors_for([i for i, _ in frames])
+        vec_of = dict(zip(got.tolist(), unit_rows(vecs), strict=True)) if len(got) else {}
+        kept = [(i, t) for i, t in frames if i in vec_of]
+        times = np.array([t for _, t in kept], np.float64)
+        vectors = np.stack([vec_of[i] for i, _ in kept]) if kept else np.zeros((0, 0), np.float32)
+        return Clip(file_id, times, vectors, self._duration(file_id))
 
     def _duration(self, file_id: int) -> float | None:
         """The container's duration, as hit_rows gives it for a frame (None where unknown)."""
-        if file_id not in self._span:
+        if file_id not in self._frames:
             return None
         row = self.cat.hit_rows([self.first_item(file_id)]).get(self.first_item(file_id), {})
         duration = row.get("duration")
