@@ -11,12 +11,14 @@ import json
 from pathlib import Path
 
 import av
+import jsonschema
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from PIL import Image
 from video_files import BLUE, GREEN, RED, segments, solid, write_video
 
+from wherein.schemas.records import HIT_SCHEMA_PATH
 from wherein.search.cli import cli
 from wherein.search.curate import video_dupes as VD
 
@@ -203,6 +205,11 @@ def test_a_reencoded_clip_groups_with_it_and_a_different_clip_does_not(library):
     assert small["match"] == "near" and small["score"] >= 0.998
     # the photo of the red opening frame is a photo's copy, never the video's
     assert not any(h["group"] == small["group"] for h in hits if h["path"].endswith(".jpg"))
+    # a video's row is the video's (its kind and length), in the hits' schema
+    assert all(h["kind"] == "video" and h["duration"] == pytest.approx(12.0) for h in clips)
+    validator = jsonschema.Draft202012Validator(json.loads(HIT_SCHEMA_PATH.read_text()))
+    for h in hits:
+        validator.validate(h)
 
 
 def test_redundant_lists_the_copies_never_the_original(library):
