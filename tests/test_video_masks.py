@@ -281,6 +281,18 @@ def test_the_frames_folder_never_writes_over_what_is_not_ours(
     assert first == ["clip.mp4@5.00s.jpg"]
     assert sorted(p.name for p in frames.iterdir()) == ["clip.mp4@6.50s.jpg"]
 
+    # Those frames indexed since, and now an input of the export: never replaced.
+    indexed = frames / "clip.mp4@6.50s.jpg"
+    photo = Hit(rank=2, path=str(indexed), score=0.4, probability=None, width=W, height=H, id=40)
+    again = masked_hits(standin_models, model, clip, [5.0])
+    again += add_masks_to_hits([photo], "red", tmp_path / "m2", standin_models, model=model)
+    before = indexed.read_bytes()
+    with pytest.raises(Exception, match="an image this command reads"):
+        export_hits(again, dest, "coco", "red")
+    assert indexed.read_bytes() == before and sorted(p.name for p in frames.iterdir()) == [
+        "clip.mp4@6.50s.jpg"
+    ]
+
 
 # -- end to end: an indexed folder of clips and photos --------------------------------------
 @pytest.fixture()
