@@ -314,6 +314,23 @@ def test_search_mask_segments_the_best_frame_of_a_video_hit(library, tmp_path):
     assert near_square(hit["bbox"]["largest"]) and read_mask(hit["mask_path"]).shape == (H, W)
 
 
+def test_the_web_app_reuses_the_frame_pass_search_mask_stored(library, env, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from wherein.search.web.app import create_app
+
+    r = run("search", "red", "--kind", "video", "--mask", "--out", tmp_path / "m", "--json")
+    assert r.exit_code == 0, r.output
+    (hit,) = json.loads(r.stdout)
+    app = create_app(env["index"], env["models"], prefetch_masks=0)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        params = {"prompt": "blue", "t": hit["time"]}
+        m = client.get(f"/api/mask/{hit['id']}", params=params).json()
+        status = client.get("/api/status").json()["masks"]
+    assert m["bbox"] is None and (m["width"], m["height"]) == (W, H)
+    assert status["vision_passes"] == 0 and status["vision_passes_loaded"] == 1
+
+
 def test_select_mask_export_coco_writes_the_matching_frames(library, tmp_path):
     dest = tmp_path / "dogs.coco.json"
     r = run("select", "red", "-p", "0.5", "--mask", "--out", tmp_path / "m", "--export", dest)
