@@ -202,6 +202,10 @@ def test_the_service_returns_what_the_cli_prints(library, validator):
     assert d["hits"] == search_json("red", "-k", "3", "--kind", "video")
     assert d["models"]["standin"] is True and set(d["timings"]) >= {"total_ms"}
     assert d["query"] == str(Query.parse("red")) and d["mask_prompt"] == "red"
+    # One folder as a string (what the web app has) is that folder, not its characters.
+    with open_index() as searcher:
+        clips = search(searcher, SearchRequest("red", under=str(library / "clips"))).hits
+    assert [Path(h.path).name for h in clips] == ["clip.mp4"]
 
 
 # -- moments, without models -------------------------------------------------------------

@@ -59,8 +59,8 @@ class SearchRequest:
     k: int | None = None
     min_probability: float | None = None
     min_score: float | None = None
-    under: Sequence[str | Path] = ()
-    glob: Sequence[str] = ()
+    under: str | Path | Sequence[str | Path] = ()  # one folder, or any of several
+    glob: str | Sequence[str] = ()
     taken: str | TakenRange | None = None
     camera: str | None = None
     near: str | Near | None = None
@@ -109,8 +109,8 @@ def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
         k=request.k,
         min_probability=request.min_probability,
         min_score=request.min_score,
-        under=list(request.under),
-        glob=list(request.glob),
+        under=request.under,
+        glob=request.glob,
         sort=request.sort,
         reverse=request.reverse,
         check_exists=request.check_exists,
