@@ -252,17 +252,20 @@ class Searcher:
     def _embed_image(self, term: Term) -> np.ndarray:
         if term.kind == "indexed":
             with self._lock:
-                # A hit's id is its file's: the vector of the file's whole-image item.
-                vec = self.store.catalog.file_vectors([int(term.value)]).get(int(term.value))
+                vec = self._file_vector(int(term.value))
             if vec is None:
                 raise QueryError(f"image {term.value} is not in the index")
-            return unit_rows(vec[None])[0]
+            return vec
         path = Path(term.value).expanduser()
         if not path.is_file():
             raise QueryError(f"{term.value}: no such image file (--like)")
         stored = self._indexed_vector(path)
         if stored is not None:
             return stored  # already embedded: no need to load the image tower
+        from wherein.indexer.media import VIDEO, kind_by_content
+
+        if kind_by_content(path) == VIDEO:
+            raise QueryError(f"{term.value}: a video is used with --like once it is indexed")
         from wherein.indexer.imaging import DecodeError, decode
 
         try:
@@ -281,8 +284,20 @@ class Searcher:
             row = self.store.catalog.row_by_path(os.path.abspath(path))
             if row is None or row["size"] != st.st_size or row["mtime_ns"] != st.st_mtime_ns:
                 return None
-            vec = self.store.catalog.file_vectors([row["id"]]).get(row["id"])
-        return unit_rows(vec[None])[0] if vec is not None else None
+            return self._file_vector(row["id"])
+
+    def _file_vector(self, file_id: int) -> np.ndarray | None:
+        """A file's query vector (call under the lock): a photo's one vector; for a video the
+        mean direction of its frames (what the clip shows overall), unit length."""
+        cat = self.store.catalog
+        vec = cat.file_vectors([file_id]).get(file_id)
+        if vec is not None:
+            return unit_rows(vec[None])[0]
+        frames = cat.embedded_frames([file_id]).get(file_id)
+        if not frames:
+            return None
+        _, vecs = cat.vectors_for([item for item, _ in frames])
+        return unit_rows(unit_rows(vecs).mean(axis=0)[None])[0]
 
     # -- search ---------------------------------------------------------------------
     def search(

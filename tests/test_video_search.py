@@ -269,3 +269,24 @@ def test_per_file_labels_are_the_best_of_each_files_items():
     assert got.ids.tolist() == [1, 8]  # the video's row: its frame with the likeliest label
     assert got.probabilities.tolist() == [[0.9, 0.1], [0.7, 0.8]]
     assert got.cosines.tolist() == (got.probabilities - 0.5).tolist()
+
+
+# -- --like a video ------------------------------------------------------------------
+def test_like_an_indexed_video_searches_by_what_its_frames_show(env, shapes):
+    """--like VIDEO (and the web app's like_id) uses the mean of its frames: a clip that is
+    mostly green finds the green photo before the red and blue ones. A video not indexed is
+    one clear error, not an attempt to decode it as a photo."""
+    clip = write_video(
+        shapes / "greenish.mp4", lambda t: solid(GREEN if t < 6 else RED), seconds=8, fps=FPS
+    )
+    run("index", shapes, "-q")
+    hits = search_json("--like", clip, "--kind", "photo")
+    assert Path(hits[0]["path"]).name == "green.bmp"
+    assert Path(hits[1]["path"]).name.startswith("red_")
+    video_id = search_json("green", "--kind", "video")[0]["id"]
+    with open_index(env["index"]) as s:
+        by_id = s.search(Query(()).like_id(video_id), kind="photo")
+    assert [h.path for h in by_id[:2]] == [h["path"] for h in hits[:2]]
+    stray = shutil.copy(clip, shapes.parent / "not_indexed.mp4")
+    res = run("search", "--like", stray, ok=False)
+    assert res.exit_code == 2 and "a video is used with --like once it is indexed" in res.output
