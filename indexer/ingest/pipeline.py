@@ -13,7 +13,9 @@ path by construction.
   fills; a commit first embeds the partial batch left. A tower with a lane pool
   (ImageTower: one single-threaded interpreter per core) takes each batch on one
   of its lanes while this thread goes on routing, so the cores never wait on a
-  hand-off; a commit waits for its batches' vectors, so it is still whole.
+  hand-off. A commit is sealed when due and written once all its vectors are in,
+  while the next batch is routed (one sealed commit waits at most): commits stay
+  whole, in order, and the lanes never drain for one.
 - A commit is due after ``every`` embedded items, or ``model_seconds`` of tower
   time, or ``quick_every`` items that need no model, or ``seconds`` of wall time
   with anything pending. The model-time rule bounds what a killed run loses with
@@ -115,6 +117,14 @@ def _timed(
 _Flight = tuple[list[tuple[Step, int | None, np.ndarray]], Future[tuple[np.ndarray, float]]]
 
 
+@dataclass
+class _Sealed(Generic[T]):
+    """One commit's steps, due to be written once their tower runs have landed."""
+
+    steps: list[Step[T]]
+    flying: deque[_Flight]
+
+
 class _Pending(Generic[T]):
     """Steps since the last commit; the tower runs on each full batch as it fills."""
 
@@ -127,6 +137,7 @@ class _Pending(Generic[T]):
         # step's one item, vector [d]).
         self.waiting: list[tuple[Step[T], int | None, np.ndarray]] = []
         self.flying: deque[_Flight] = deque()  # tower runs not yet collected, in order
+        self.sealed: deque[_Sealed[T]] = deque()  # commits waiting for their vectors
         self.left: dict[int, int] = {}  # id(step) -> its items still waiting for the tower
         self.embedded = 0  # items
         self.model_steps = 0  # steps with pixels
@@ -167,10 +178,14 @@ class _Pending(Generic[T]):
 
     def collect(self, block: bool) -> None:
         """Put the vectors of finished tower runs on their steps (all of them: block)."""
-        while self.flying and (block or self.flying[0][1].done()):
-            entries, fut = self.flying.popleft()
-            vectors, seconds = fut.result()  # a tower error is raised here, in this thread
-            self.model_seconds += seconds
+        self.model_seconds += self._land(self.flying, block)
+
+    def _land(self, flying: deque[_Flight], block: bool) -> float:
+        seconds = 0.0
+        while flying and (block or flying[0][1].done()):
+            entries, fut = flying.popleft()
+            vectors, took = fut.result()  # a tower error is raised here, in this thread
+            seconds += took
             for (s, row, _), v in zip(entries, vectors, strict=True):
                 if row is None:
                     s.vector, s.pixels = v, None
@@ -183,20 +198,33 @@ class _Pending(Generic[T]):
                 if not self.left[id(s)]:
                     del self.left[id(s)]
                     s.pixels = None
+        return seconds
+
+    def seal(self) -> None:
+        """Close the steps so far into one commit (their last batch sent to the tower)."""
+        self.run_tower()
+        self.sealed.append(_Sealed(self.steps, self.flying))
+        self.steps, self.flying = [], deque()
+        self.embedded, self.model_steps, self.model_seconds = 0, 0, 0.0
+
+    def ready(self, block: bool) -> list[Step[T]] | None:
+        """The oldest sealed commit's steps once all their vectors are in, else None
+        (block: wait for them)."""
+        head = self.sealed[0]
+        self._land(head.flying, block)
+        if head.flying:
+            return None
+        self.sealed.popleft()
+        return head.steps
 
     def cancel(self) -> None:
         """The run stops (error, Ctrl-C): drop the tower runs not started; their steps
         are never committed."""
-        for _, fut in self.flying:
-            fut.cancel()
+        for flying in [self.flying, *(s.flying for s in self.sealed)]:
+            for _, fut in flying:
+                fut.cancel()
         self.flying.clear()
-
-    def take(self) -> list[Step[T]]:
-        self.run_tower()
-        self.collect(block=True)
-        steps = self.steps
-        self.steps, self.embedded, self.model_steps, self.model_seconds = [], 0, 0, 0.0
-        return steps
+        self.sealed.clear()
 
 
 def run_pipeline(
@@ -219,9 +247,18 @@ def run_pipeline(
                 pending.add(route(item, loaded))
                 quick = len(pending.steps) - pending.model_steps
                 if policy.due(pending.embedded, quick, pending.model_seconds, clock() - last):
-                    commit(pending.take())
+                    pending.seal()
                     last = clock()
+                while pending.sealed:  # the next one is routed while a commit waits
+                    steps = pending.ready(block=len(pending.sealed) > 1)
+                    if steps is None:
+                        break
+                    commit(steps)
         if pending.steps:
-            commit(pending.take())
+            pending.seal()
+        while pending.sealed:
+            steps = pending.ready(block=True)
+            assert steps is not None  # ready(block=True) waits for them
+            commit(steps)
     finally:
         pending.cancel()

@@ -150,6 +150,38 @@ def test_a_laned_tower_runs_batches_side_by_side_and_commits_them_in_order():
     assert all(v == (None if i % 7 == 0 else i * 10.0) for i, v in committed)
 
 
+def test_a_commit_waiting_for_its_vectors_does_not_hold_up_the_next_batch():
+    # Item 0's tower run finishes only once item 3 was routed: the commit of [0, 1] must
+    # wait for it without stopping the routing of [2, 3]; commits stay whole and in order.
+    routed_3 = threading.Event()
+    tower = LanedTower(lanes=2, together=1)
+
+    def embed(batch: np.ndarray) -> np.ndarray:
+        if batch[0, 0] == 0 and not routed_3.wait(30):
+            raise TimeoutError("item 0's vectors were waited for before item 3 was routed")
+        return batch[:, :2] * 10.0
+
+    tower.embed = embed  # type: ignore[method-assign]
+
+    def route(i: int, px: np.ndarray) -> Step[int]:
+        if i == 3:
+            routed_3.set()
+        return Step(i, px)
+
+    commits: list[list[int]] = []
+    run_pipeline(
+        range(8),
+        lambda i: np.array([i, i], np.float32),
+        route,
+        lambda steps: commits.append([s.item for s in steps]),
+        tower,
+        workers=2,
+        policy=CommitPolicy(every=2),
+    )
+    tower.pool.shutdown()
+    assert commits == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
 def test_a_stopped_run_commits_nothing_more_and_leaves_no_tower_work_queued():
     # Ctrl-C while the lanes are busy: the batch in progress is never committed, and the
     # tower runs queued behind the busy lanes are dropped, not run after the stop.
