@@ -20,6 +20,9 @@ path by construction.
   time, or ``quick_every`` items that need no model, or ``seconds`` of wall time
   with anything pending. The model-time rule bounds what a killed run loses with
   a slow tower: a run killed again and again still moves forward.
+- A ``Side`` feeds steps that come from work a route started rather than from an input
+  item (a video's frames, chunk by chunk, decoded on the same pool as the loads): they
+  join the batches as they are ready, so photos keep flowing while a long video decodes.
 """
 
 from __future__ import annotations
@@ -63,6 +66,24 @@ class Step(Generic[T]):
     vector: np.ndarray | None = None
 
 
+class Side(Protocol[T]):
+    """Steps from work in flight on the decode pool, ready out of input order."""
+
+    @property
+    def busy(self) -> bool:
+        """Work still in flight."""
+        ...
+
+    @property
+    def saturated(self) -> bool:
+        """As much in flight as memory allows: the loop waits before routing more."""
+        ...
+
+    def ready(self, block: bool) -> list[Step[T]]:
+        """The steps done so far (block: wait for at least one while busy)."""
+        ...
+
+
 @dataclass(frozen=True)
 class CommitPolicy:
     every: int = 32
@@ -87,10 +108,16 @@ def default_workers() -> int:
 
 
 def prefetch(
-    items: Iterable[I], load: Callable[[I], L], workers: int, ahead: int
+    items: Iterable[I],
+    load: Callable[[I], L],
+    workers: int,
+    ahead: int,
+    pool: ThreadPoolExecutor | None = None,
 ) -> Generator[tuple[I, L], None, None]:
-    """(item, load(item)) in input order, with at most `ahead` loads queued or running."""
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="decode")
+    """(item, load(item)) in input order, with at most `ahead` loads queued or running; on
+    `pool` when given (the caller shuts it down), else on one of its own."""
+    own = pool is None
+    pool = pool or ThreadPoolExecutor(workers, thread_name_prefix="decode")
     window: deque[tuple[I, Future[L]]] = deque()
     it = iter(items)
     try:
@@ -102,7 +129,11 @@ def prefetch(
             item, fut = window.popleft()
             yield item, fut.result()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if own:
+            pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            for _, fut in window:
+                fut.cancel()
 
 
 def _timed(
@@ -236,29 +267,52 @@ def run_pipeline(
     workers: int,
     policy: CommitPolicy = CommitPolicy(),  # noqa: B008 - frozen, shared safely
     clock: Callable[[], float] = time.perf_counter,
+    pool: ThreadPoolExecutor | None = None,
+    side: Side[T] | None = None,
 ) -> None:
-    """Load every item, route it, embed what needs the model, and commit in batches (in order)."""
+    """Load every item, route it, embed what needs the model, and commit in batches (in
+    order; a side's steps in the order they are ready). pool: the decode threads, shared
+    with the side's work (the caller shuts it down)."""
     pending: _Pending[T] = _Pending(tower, clock)
     last = clock()
+
+    def commit_sealed(block: bool) -> None:
+        """Write the sealed commits whose vectors are in (block: all of them, waiting);
+        with more than one sealed, wait for the oldest (memory holds two at most)."""
+        while pending.sealed:
+            steps = pending.ready(block=block or len(pending.sealed) > 1)
+            if steps is None:
+                return
+            commit(steps)
+
+    def add(steps: Iterable[Step[T]]) -> None:
+        nonlocal last
+        for step in steps:
+            pending.add(step)
+            quick = len(pending.steps) - pending.model_steps
+            if policy.due(pending.embedded, quick, pending.model_seconds, clock() - last):
+                pending.seal()
+                last = clock()
+            commit_sealed(block=False)  # the next steps are routed while a commit waits
+
+    def side_wait() -> list[Step[T]]:
+        commit_sealed(block=True)  # this thread waits anyway: a finished batch goes in first
+        assert side is not None
+        return side.ready(block=True)
+
     ahead = workers * 4 + tower.batch_size
     try:
-        with closing(prefetch(items, load, workers, ahead)) as stream:
+        with closing(prefetch(items, load, workers, ahead, pool)) as stream:
             for item, loaded in stream:
-                pending.add(route(item, loaded))
-                quick = len(pending.steps) - pending.model_steps
-                if policy.due(pending.embedded, quick, pending.model_seconds, clock() - last):
-                    pending.seal()
-                    last = clock()
-                while pending.sealed:  # the next one is routed while a commit waits
-                    steps = pending.ready(block=len(pending.sealed) > 1)
-                    if steps is None:
-                        break
-                    commit(steps)
+                add([route(item, loaded)])
+                if side is not None:
+                    add(side.ready(block=False))
+                    while side.saturated:
+                        add(side_wait())
+        while side is not None and side.busy:
+            add(side_wait())
         if pending.steps:
             pending.seal()
-        while pending.sealed:
-            steps = pending.ready(block=True)
-            assert steps is not None  # ready(block=True) waits for them
-            commit(steps)
+        commit_sealed(block=True)
     finally:
         pending.cancel()

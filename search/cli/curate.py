@@ -18,6 +18,7 @@ from wherein.search.cli.options import (
     format_options,
     friendly_errors,
     index_option,
+    kind_options,
     models_option,
     progress,
     raw_option,
@@ -131,6 +132,7 @@ def _path(h) -> str:
 )
 @top_option(None, "At most N images (the most likely) [default: all of them].", "--max")
 @filter_options
+@kind_options
 @raw_option
 @click.option(
     "--copy-to",
@@ -183,6 +185,8 @@ def select(
     taken,
     camera,
     near,
+    kind,
+    frames,
     raw,
     copy_to,
     link_to,
@@ -237,6 +241,8 @@ def select(
             taken=taken,
             camera=camera,
             near=near,
+            kind=kind,
+            frames=frames,
         )
         for warning in searcher.last_warnings:
             click.echo(f"warning: {warning}", err=True)

@@ -21,11 +21,16 @@ import click
 
 from wherein.indexer.paths import INDEX_ENV, MODELS_ENV
 from wherein.schemas.errors import CatalogDamaged, WhereinError, is_damage, storage_error
+from wherein.schemas.records import HIT_KINDS
 from wherein.search.export import formats as export_formats  # light: no numpy/pyarrow
 from wherein.search.query import SORT_KEYS
 
+# What --kind chooses between: what a hit's kind says ("photo", "video").
+KINDS = tuple(dict.fromkeys(HIT_KINDS.values()))
+
 __all__ = [
     "FORMAT_HELP",
+    "KINDS",
     "SORT_KEYS",
     "Progress",
     "check_export_options",
@@ -38,6 +43,7 @@ __all__ = [
     "friendly_errors",
     "index_option",
     "json_option",
+    "kind_options",
     "models_option",
     "progress",
     "quiet_option",
@@ -254,6 +260,23 @@ def filter_options(f: Callable) -> Callable:
     )(f)
 
 
+def kind_options(f: Callable) -> Callable:
+    """``--kind photo|video`` (before the top-k cut, like the filters) and ``--frames`` (a
+    video's frames as rows of their own instead of one row per video)."""
+    f = click.option(
+        "--frames",
+        is_flag=True,
+        help="A video's matching frames as rows of their own (-k counts frames) instead of one "
+        "row per video with its best frame's time and its moments.",
+    )(f)
+    return click.option(
+        "--kind",
+        type=click.Choice(KINDS),
+        default=None,
+        help="Only photos, or only videos [default: both].",
+    )(f)
+
+
 # -- where the work runs --------------------------------------------------------------------
 ENGINES = ("local", "ray")
 
@@ -298,7 +321,7 @@ def friendly_errors(f: Callable) -> Callable:
         except (OSError, RuntimeError, sqlite3.Error) as exc:
             translated = storage_error(exc)
             if translated is None and is_damage(exc):
-                # The catalog's own connections name the file (catalog.py); this is the
+                # The catalog's own connections name the file (store/connection.py); this is the
                 # net for any other SQLite file a command reads.
                 translated = CatalogDamaged(f"a SQLite file of the index is damaged ({exc})")
             if translated is None:
