@@ -15,7 +15,9 @@ main thread waited for (the decode pool's next item, the tower, commits); and th
 ~1-ms samples in which at least `cores` of the process's threads were runnable (state R,
 read from /proc by a second process): the pipeline's own demand, which other jobs on a
 shared machine do not change (an XNNPACK worker spin-waiting counts as runnable, so it
-flatters the main-thread runs). Interpreters are made and warmed before the clock starts.
+flatters the main-thread runs). Interpreters are made and warmed before the clock starts
+(steady state: a whole `wherein index` process also pays each interpreter's weight packing,
+which holds the GIL). After each round, the CPU-bound limit as bench_optimize.py measures it.
 """
 
 from __future__ import annotations
@@ -49,7 +51,11 @@ def sample(pid: int, out: Path) -> None:
             time.sleep(0.0005)
             continue
         n = 0
-        for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # the process is gone
+            break
+        for t in tasks:
             try:
                 stat = Path(f"/proc/{pid}/task/{t}/stat").read_text()
             except OSError:
@@ -87,7 +93,7 @@ class Probe:
         for tower in towers:
             tower.embed = self.timed_embed(tower.embed)
 
-        def timed_prefetch(items, load, workers, ahead):
+        def timed_prefetch(items, load, workers, ahead, pool=None):
             def timed_load(item):
                 self.decode_tids.add(threading.get_native_id())
                 c = time.thread_time()
@@ -95,7 +101,7 @@ class Probe:
                 self.add("decode CPU", time.thread_time() - c)
                 return r
 
-            stream = prefetch(items, timed_load, workers, ahead)
+            stream = prefetch(items, timed_load, workers, ahead, pool)
             try:
                 while True:
                     t = time.perf_counter()
@@ -186,7 +192,7 @@ def main() -> None:
     if args.sample:
         sample(int(args.sample[0]), Path(args.sample[1]))
         return
-    from bench_optimize import cpu_name, priority
+    from bench_optimize import cpu_name, priority, stage_core_ms
 
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.models.registry import load_image_embedder
@@ -206,9 +212,15 @@ def main() -> None:
     }
     probe = Probe(list(configs.values()))
     results: dict[str, list[dict]] = {name: [] for name in configs}
+    photos = sorted(args.photos.glob("*.jpg"))
     for i in range(args.rounds):
-        for name, tower in configs.items():
-            res = one_run(tower, probe, args.photos, cores)
+        runs = {name: one_run(tower, probe, args.photos, cores) for name, tower in configs.items()}
+        # The limit as bench_optimize.py measures it, right after this round's runs.
+        st = stage_core_ms(photos, args.models)
+        limit = cores * 1000 / (st["decode_core_ms"] + st["model_core_ms"])
+        for name, res in runs.items():
+            res["% of CPU-bound limit"] = res["images/s"] / limit * 100
+            res["limit images/s (decode + model core-ms, one thread each)"] = limit
             results[name].append(res)
             print(f"round {i + 1} {name}: {json.dumps(res)}", file=sys.stderr, flush=True)
     keys = list(next(iter(results.values()))[0])
