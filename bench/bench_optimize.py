@@ -398,7 +398,7 @@ def main() -> None:
         ref = code_at(args.compare_ref, work / "ref-code") if args.compare_ref else None
         log("before: wherein index with the published-style fp16 tower")
         fp16_runs = limit_runs(photo_dir, photos, run_models, index, args.repeat, ref)
-        before, before_stages = fp16_runs[-1]["this"], fp16_runs[-1]["stages"]
+        before = fp16_runs[-1]["this"]
         log("before: cold search with the open_clip text tower")
         search_torch = cold_search(run_models, index, 2)
 
@@ -430,7 +430,7 @@ def main() -> None:
         int8_runs = limit_runs(
             photo_dir, photos, run_models, work / "index-after", args.repeat, ref
         )
-        after, after_stages = int8_runs[-1]["this"], int8_runs[-1]["stages"]
+        after = int8_runs[-1]["this"]
         log("after: cold searches with the LiteRT text tower")
         search_lite = cold_search(run_models, work / "index-after", args.search_runs)
         tok_load = tokenizer_load(run_models)
@@ -446,8 +446,6 @@ def main() -> None:
         args.photos,
         before,
         after,
-        before_stages,
-        after_stages,
         optimized,
         opt_s,
         search_torch,
@@ -469,8 +467,6 @@ def report(
     n,
     before,
     after,
-    before_stages,
-    after_stages,
     optimized,
     opt_s,
     search_torch,
