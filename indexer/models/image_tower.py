@@ -49,6 +49,10 @@ def lane_split(threads: int | None = None) -> tuple[int, int]:
     return lanes, max(1, total // lanes)
 
 
+def _enter_lane(here: threading.local) -> None:
+    here.lane = True
+
+
 class ImageTower:
     """Runs the largest batch signature the graph has; a shorter tail at batch 1.
 
@@ -111,13 +115,15 @@ class ImageTower:
                     self._lane_graph = self.graph  # interpreters are per thread already
                 else:
                     self._lane_graph = LiteRTGraph(self.path, self.lane_threads)
+                # The initializer holds the thread-local, not the tower: a tower dropped
+                # ends its pool's threads, and their interpreters go with them.
                 self._pool = ThreadPoolExecutor(
-                    self.lanes, thread_name_prefix="tower", initializer=self._enter_lane
+                    self.lanes,
+                    thread_name_prefix="tower",
+                    initializer=_enter_lane,
+                    initargs=(self._here,),
                 )
             return self._pool
-
-    def _enter_lane(self) -> None:
-        self._here.lane = True
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
         """[n,3,size,size] -> [n,dim] L2-normalised (re-normalised: guards against fp16 drift).

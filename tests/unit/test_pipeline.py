@@ -221,6 +221,28 @@ def test_image_tower_lanes_give_its_vectors_within_its_thread_budget(standin_mod
         assert 1 <= lanes * per_lane <= threads
 
 
+def test_a_dropped_image_tower_ends_its_lane_threads(standin_models):
+    # optimize and its self-tests load towers and drop them: their lanes (threads holding an
+    # interpreter and its packed weights each) must not outlive them.
+    import gc
+
+    def lane_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("tower")]
+
+    before = set(lane_threads())
+    t = ImageTower.from_models(ModelDir(standin_models), num_threads=2)
+    x = np.zeros((1, 3, 224, 224), np.float32)
+    for f in [t.lane_pool().submit(t.embed, x) for _ in range(4)]:
+        f.result()
+    mine = [th for th in lane_threads() if th not in before]
+    assert mine
+    del t, f
+    gc.collect()
+    for th in mine:
+        th.join(30)
+    assert not any(th.is_alive() for th in mine)
+
+
 def test_commit_policy():
     p = CommitPolicy(every=32, model_seconds=2.0, quick_every=256, seconds=10.0)
     assert not p.due(5, 0, 1.0, 1.0)
