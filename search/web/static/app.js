@@ -308,7 +308,7 @@ function showClock() {
   const t = pendingSeek !== null ? pendingSeek : v.currentTime;
   $("d-playhead").style.left = `${d ? Math.min(100, (t / d) * 100) : 0}%`;
   $("d-clock").textContent = `${clock(t)} / ${clock(d)}`;
-  $("d-play").innerHTML = v.paused ? "&#9654;" : "&#10074;&#10074;";
+  $("d-play").innerHTML = v.paused ? "&#9654;" : "&#9646;&#9646;";
 }
 
 function frameTime(h) {
