@@ -354,7 +354,8 @@ class Searcher:
             if kind is not None:
                 of_kind = self.store.catalog.embedded_ids(ITEM_KIND[kind])
                 allowed = of_kind if allowed is None else np.intersect1d(allowed, of_kind)
-            fold = not frames
+            # Folding costs a look-up of each candidate's file: not for a library of photos.
+            fold = not frames and self.store.catalog.holds_videos()
             ids = self._candidates(qv, k, min_probability, min_score, allowed, fold)
             t2 = time.perf_counter()
             hits = self._join(qv, ids, k, min_probability, min_score, check_exists, fold)
@@ -446,16 +447,15 @@ class Searcher:
             if fold:
                 files = self._files_of(got)
                 # As for items: approximate scores need files beyond the k-th to pick from.
-                enough = nth_file_position(files, want * 4 if approx else want)
-                if enough is None and fetch < available:
-                    # Fewer files than wanted among the items: a video's frames took the places.
+                if nth_file_position(files, want * 4 if approx else want) is None:
+                    # Fewer files than wanted: a video's frames took the places. Every item
+                    # found counts, and the tie check below fetches more.
+                    cut = len(got)
                     if nprobe and nprobe < nlist and len(got) < fetch:
                         nprobe = min(nlist, nprobe * 4)
-                    else:
-                        fetch = min(available, fetch * 4)
-                    continue
-                pos = nth_file_position(files, want)
-                cut = len(got) if pos is None else pos + 1
+                        continue
+                else:
+                    cut = (nth_file_position(files, want) or 0) + 1
             # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
             if len(got) < min(want, available) and nprobe and nprobe < nlist:
                 nprobe = min(nlist, nprobe * 4)

@@ -13,6 +13,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from video_files import BLUE, RED, H, W, segments, solid, write_audio, write_vid
 from wherein.indexer import media
 from wherein.indexer.ingest import videos as ingest_videos
 from wherein.indexer.ingest.walk import walk
+from wherein.indexer.ingest.watch import folders_to_walk
 from wherein.indexer.scale.sources import list_items
 from wherein.indexer.store.catalog import Catalog
 from wherein.search.cli import cli
@@ -116,6 +118,9 @@ def test_videos_are_found_by_name_and_by_content_and_embed_leaves_them(tmp_path)
     assert found == ["IMG_0001", "a.mp4", "fake.mp4", "p.png"]
     assert media.kind_by_content(tmp_path / "IMG_0001") == media.VIDEO
     assert media.kind_by_content(tmp_path / "p.png") == media.PHOTO
+    # A watch looks where an event names a video, by name or by content, and nowhere else.
+    assert folders_to_walk([str(tmp_path / "IMG_0001")], [str(tmp_path)]) == [str(tmp_path)]
+    assert folders_to_walk([str(tmp_path / "notes.txt")], [str(tmp_path)]) == []
     # `wherein embed` shards hold photos only so far: its sources ask the same seam.
     assert [Path(i.uri).name for i in list_items([str(tmp_path)])] == ["p.png"]
 
@@ -151,33 +156,39 @@ def test_a_folder_of_photos_and_videos_indexes_in_one_run(env, library):
 
 
 def test_photos_keep_flowing_while_a_long_video_decodes(env, tmp_path, monkeypatch):
-    """The photos behind a long video are committed before its last frames are: the video's
-    chunks share the decode pool with the photos' loads instead of holding up the run."""
+    """The photos behind a video are loaded and routed while its frames decode: the video's
+    chunks share the decode pool with the photos' loads instead of holding up the run. The
+    video's decoding waits here until every photo was routed (a run that held the photos
+    back until the video's end would wait for ever: the gate gives up after 20 s)."""
     from wherein.indexer.ingest import run as ingest_run
 
     root = tmp_path / "lib"
     write_video(root / "a_long.mp4", segments, seconds=12, fps=10)
     for i in range(6):
         photo(root / f"b_{i}.png", (200, 20 + 30 * i, 20))  # no two alike (no copies)
-    batches: list[list[str]] = []
-    commit = ingest_run.commit_batch
+    photos_routed = threading.Event()
+    routed: list[str] = []
+    route, next_chunk = ingest_run.route, ingest_videos._next_chunk
 
-    def spy(cat, steps, model_id):
-        batches.append(
-            [
-                "frames-last" if getattr(s.item, "last", False) else type(s.item).__name__
-                for s in steps
-            ]
-        )
-        return commit(cat, steps, model_id)
+    def counting_route(work, read, *rest):
+        if work.found.path.endswith(".png"):
+            routed.append(work.found.path)
+            if len(routed) == 6:
+                photos_routed.set()
+        return route(work, read, *rest)
 
-    monkeypatch.setattr(ingest_run, "commit_batch", spy)
+    waited: list[bool] = []
+
+    def gated(job, spec, size):
+        waited.append(photos_routed.wait(20))
+        return next_chunk(job, spec, size)
+
+    monkeypatch.setattr(ingest_run, "route", counting_route)
+    monkeypatch.setattr(ingest_videos, "_next_chunk", gated)
     r = index_json(str(root), "--frame-every", "0.2")
     assert r["videos"] == 1 and r["embedded"] == 7
     assert r["frames"] == len(frames_of(env, root / "a_long.mp4")) >= 50
-    last = next(n for n, b in enumerate(batches) if "frames-last" in b)
-    routed_before = sum(b.count("Routed") for b in batches[: last + 1])
-    assert routed_before == 7, batches  # every photo's row went in by the video's last chunk
+    assert waited and all(waited)  # no chunk had to give up waiting for the photos
 
 
 # --- what real phone videos do -----------------------------------------------------------
@@ -254,6 +265,8 @@ def test_a_corrupt_stream_keeps_the_frames_before_the_damage(env, tmp_path):
     [damaged] = st["video_damage"]
     assert damaged["path"] == str(bad) and damaged["damage"] == video_row(env, bad)["damage"]
     assert "skipped" in damaged["damage"] or "truncated" in damaged["damage"]
+    code, out, _ = run("status")
+    assert code == 0 and "videos     1 (" in out and f"damaged {bad}: " in out
 
 
 # --- re-runs ------------------------------------------------------------------------------

@@ -180,6 +180,39 @@ def test_a_second_mask_of_a_frame_reuses_its_vision_pass(standin_models, clip, t
     assert recount.calls == 0 and store2.loaded == 1 and near_square(hit.bbox["largest"])
 
 
+def test_an_indexed_videos_frame_pass_follows_its_content(standin_models, clip, tmp_path):
+    """With the catalog's SHA-256 (the file as indexed), a copy elsewhere reads the stored
+    pass; a file changed since indexing does not trust the hash."""
+    import hashlib
+    import os
+    import shutil
+
+    def indexed(path: Path) -> Hit:
+        st = path.stat()
+        hit = video_hit(path, 5.0)
+        hit.sha256 = hashlib.sha256(clip.read_bytes()).hexdigest()
+        hit.size, hit.mtime_ns = st.st_size, st.st_mtime_ns
+        return hit
+
+    store_dir, out = tmp_path / "cache" / "vision", tmp_path / "m"
+    first, _ = counted_model(standin_models)
+    add_masks_to_hits([indexed(clip)], "red", out, standin_models, model=first,
+                      store=VisionStore(store_dir))  # fmt: skip
+    copy = shutil.copy2(clip, tmp_path / "copy.mp4")
+    later, counted = counted_model(standin_models)
+    (hit,) = add_masks_to_hits([indexed(Path(copy))], "red", out, standin_models, model=later,
+                               store=VisionStore(store_dir))  # fmt: skip
+    assert counted.calls == 0 and near_square(hit.bbox["largest"])
+
+    stale = indexed(Path(copy))
+    os.utime(copy, ns=(1, 1))  # changed since "indexing": the catalog's hash is not trusted
+    again, recount = counted_model(standin_models)
+    add_masks_to_hits(
+        [stale], "red", out, standin_models, model=again, store=VisionStore(store_dir)
+    )
+    assert recount.calls == 1
+
+
 # -- frame datasets ------------------------------------------------------------------------
 def masked_hits(standin_models, model, clip: Path, times: list[float]) -> list[Hit]:
     hits = [video_hit(clip, t, rank=i + 1, item_id=10 + i) for i, t in enumerate(times)]
@@ -295,3 +328,31 @@ def test_select_without_mask_exports_rows_with_the_video_and_time(library, tmp_p
     (video,) = [row for row in rows if row["kind"] == "video"]
     assert video["path"] == str(library / "clip.mp4") and SHOWN[0] <= video["time"] < SHOWN[1]
     assert not list(tmp_path.glob("*.frames"))
+
+
+@pytest.mark.scale
+@pytest.mark.slow
+def test_the_ray_engine_writes_the_same_frame_dataset(library, tmp_path):
+    import ray
+
+    local, far = tmp_path / "local" / "red.coco.json", tmp_path / "ray" / "red.coco.json"
+    local.parent.mkdir(), far.parent.mkdir()
+    r = run("select", "red", "-p", "0.5", "--mask", "--out", tmp_path / "m", "--export", local)
+    assert r.exit_code == 0, r.output
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        r = run("select", "red", "-p", "0.5", "--mask", "--engine", "ray", "--export", far)
+    finally:
+        ray.shutdown()
+    assert r.exit_code == 0, r.output
+    want, got = (json.loads(p.read_text()) for p in (local, far))
+    for doc in (want, got):
+        doc["info"].pop("date_created")
+        for img in doc["images"]:
+            img["file_name"] = img["file_name"].replace(str(tmp_path), "T").replace("/ray/", "/")
+            img["file_name"] = img["file_name"].replace("/local/", "/")
+    assert got == want and any("video" in img for img in got["images"])
+    (frame,) = (tmp_path / "ray" / "red.coco.frames").iterdir()
+    assert (
+        frame.read_bytes() == next((tmp_path / "local" / "red.coco.frames").iterdir()).read_bytes()
+    )

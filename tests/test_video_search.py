@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import referencing
 from click.testing import CliRunner
-from test_video_media import BLUE, GREEN, RED, solid, write_video
+from video_files import BLUE, GREEN, RED, W, solid, write_video
 
 from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.records import HIT_CORE_FIELDS, HIT_SCHEMA_PATH, SEARCH_SCHEMA_PATH
@@ -101,10 +101,23 @@ def test_red_finds_the_video_at_a_red_moment_with_its_moments(library, validator
         validator["hit"].validate(h)
 
 
+def growing(t: float) -> np.ndarray:
+    """Red covering more of the frame as time goes on: every sampled frame scores apart."""
+    frame = solid((247, 247, 247))
+    frame[:, : round(W * (0.6 + 0.3 * t / 10))] = RED  # 60-90%: more than the photos' 50%
+    return frame
+
+
 def test_k_counts_files_not_frames(library):
-    hits = search_json("red", "-k", "2")
-    assert [h["kind"] for h in hits] == ["video", "photo"]
-    assert len({h["path"] for h in hits}) == 2
+    # Every frame of growing.mp4 outranks the red photos, and no two tie: FAISS's first k
+    # items are all its frames, and the search must look further to fill k files.
+    write_video(library / "clips" / "growing.mp4", growing, seconds=10, fps=FPS)
+    run("index", library, "-q")
+    for k in (2, 3):
+        hits = search_json("red", "-k", str(k))
+        assert len({h["path"] for h in hits}) == len(hits) == k
+        assert [Path(h["path"]).name for h in hits[:2]] == ["clip.mp4", "growing.mp4"]
+    assert search_json("red", "-k", "3")[2]["kind"] == "photo"
     frames = search_json("red", "-k", "2", "--frames")
     assert [h["kind"] for h in frames] == ["video", "video"]
     assert len({h["path"] for h in frames}) == 1

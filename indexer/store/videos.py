@@ -28,6 +28,12 @@ class VideosTable(ItemsTable):
         """Whether the catalog has the videos table (schema 6)."""
         return migrations.has_videos(self._db)
 
+    def holds_videos(self) -> bool:
+        """Whether any file is a video (a search of photos only need not fold frames)."""
+        if not self.has_videos():
+            return False
+        return bool(self._conn.execute("SELECT EXISTS (SELECT 1 FROM videos)").fetchone()[0])
+
     # -- writes (inside transaction()) ------------------------------------------------
     def insert_video(self, record: dict, video: dict) -> int:
         """A video's file row (record as insert_image takes it) with no frames yet, and its

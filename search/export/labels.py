@@ -41,16 +41,17 @@ from wherein.search.export.formats import FORMATS, LABEL_FORMATS, Format
 from wherein.search.export.pieces import (  # re-exported: the label export's vocabulary
     FRAMES,
     Categories,
+    FrameNames,
     Instance,
     LabelledImage,
     Piece,
     base_name,
-    frame_name,
     frames_folder,
 )
 
 __all__ = [
     "Categories",
+    "FrameNames",
     "Instance",
     "LabelExportError",
     "LabelWriter",
@@ -63,6 +64,7 @@ __all__ = [
     "check_destination",
     "encode_piece",
     "export_hits",
+    "frame_jpeg",
     "images_from_hits",
     "read_mask",
     "write_labels",
@@ -280,7 +282,7 @@ def images_from_hits(
     """
     from wherein.search.localize.masking import hit_time
 
-    names: set[str] = set()
+    names = FrameNames()
     for h in hits:
         mask_path = getattr(h, "mask_path", None)
         if not mask_path:
@@ -303,10 +305,17 @@ def images_from_hits(
 FRAME_QUALITY = 92  # a training image: close to the decoded frame, a fraction of a PNG's size
 
 
-def _with_frame(item: LabelledImage, hit: Any, time: float, names: set[str]) -> LabelledImage:
-    """The frame a video hit's mask was made on (frame_at: the same frame, the same size)."""
+def frame_jpeg(image: Any) -> bytes:
+    """A video's frame (a PIL image) as the JPEG a frame dataset holds."""
     import io
 
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, "JPEG", quality=FRAME_QUALITY)
+    return buf.getvalue()
+
+
+def _with_frame(item: LabelledImage, hit: Any, time: float, names: FrameNames) -> LabelledImage:
+    """The frame a video hit's mask was made on (frame_at: the same frame, the same size)."""
     from wherein.indexer.imaging import DecodeError
     from wherein.search.localize.masking import frame_image
 
@@ -319,19 +328,14 @@ def _with_frame(item: LabelledImage, hit: Any, time: float, names: set[str]) -> 
             f"{hit.path}: the frame at {time:g} s is {image.width}x{image.height}, its mask "
             f"{item.width}x{item.height} (the video changed since its mask was made?)"
         )
-    buf = io.BytesIO()
-    image.save(buf, "JPEG", quality=FRAME_QUALITY)
     item_id = getattr(hit, "item_id", None)
-    name = frame_name(hit.path, time)
-    if name in names:
-        name = f"{name}-{item_id if item_id is not None else item.id}"
-    names.add(name)
+    frame_id = int(item_id) if item_id is not None else item.id
     return dataclasses.replace(
         item,
-        id=int(item_id) if item_id is not None else item.id,
+        id=frame_id,
         time=time,
-        frame=buf.getvalue(),
-        name=name,
+        frame=frame_jpeg(image),
+        name=names(hit.path, time, frame_id),
     )
 
 

@@ -102,6 +102,22 @@ def frame_name(video: str | Path, time: float) -> str:
     return f"{Path(video).name}@{time:.2f}s"
 
 
+class FrameNames:
+    """The names of one export's frames: <video name>@<time>s, with -<id> added to a name
+    already given (same-named videos in two folders). Both engines name frames with it, in
+    hit order, so they write the same export."""
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+
+    def __call__(self, video: str | Path, time: float, id: int) -> str:
+        name = frame_name(video, time)
+        if name in self._used:
+            name = f"{name}-{id}"
+        self._used.add(name)
+        return name
+
+
 def frames_folder(dest: Path) -> Path:
     """Where a one-file export's frames go: beside it, named after it (dogs.coco.json ->
     dogs.coco.frames)."""

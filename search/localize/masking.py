@@ -316,14 +316,20 @@ def source_stem(path: str | Path, time: float | None = None) -> str:
 
 
 def see(
-    model, path: str | Path, store: VisionStore | None = None, time: float | None = None
+    model,
+    path: str | Path,
+    store: VisionStore | None = None,
+    time: float | None = None,
+    content: str | None = None,
 ) -> Seen:
     """Decode and run the vision graph on a file (on its frame at `time` seconds for a
     video), or reuse the pass of an unchanged file (this process's, else the store's).
 
     A photo's pass is kept under its file identity in memory and its content hash on disk.
-    A frame's is kept under (file identity, time) in both: hashing a whole video for every
-    mask would cost more than the pass it saves.
+    A frame's is kept under (file identity, time) in memory, and on disk under (content,
+    time) when the caller knows the video's SHA-256 (`content`: a hit's, from the catalog,
+    while the file is as indexed), else (file identity, time): hashing a whole video for
+    every mask would cost more than the pass it saves.
     """
     path = Path(path)
     try:
@@ -332,11 +338,12 @@ def see(
         raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
     key: tuple = (os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
     if time is not None:
-        key = (*key, frame_time_key(time))
+        identity, key = key, (*key, frame_time_key(time))
 
         def frame() -> Seen:
             image = frame_image(path, time)
-            return seen_keyed(model, image, image.size, frame_key(key), store)
+            stored = frame_store_key(time, content=content, identity=identity)
+            return seen_keyed(model, image, image.size, stored, store)
 
         return vision_cache(model).get(key, frame)
 
@@ -352,13 +359,32 @@ def see(
 
 
 def frame_time_key(time: float) -> str:
-    """A moment as the caches key it: to the microsecond (12.5 and 12.500000001 are one)."""
-    return f"{float(time):.6f}"
+    """A moment as the caches key it: to the millisecond (frames are further apart, and
+    12.5 and 12.500000001 are one)."""
+    return f"{float(time):.3f}"
 
 
-def frame_key(identity: tuple) -> str:
-    """The disk store's key of a frame: a hash of (path, inode, size, mtime_ns, time)."""
-    return content_key("\0".join(map(str, ("frame", *identity))).encode("utf-8", "surrogateescape"))
+def frame_store_key(time: float, content: str | None = None, identity: tuple | None = None) -> str:
+    """The disk store's key of a frame: a hash of ("frame", the video's SHA-256, time) when its
+    content is known (the web app keys a frame so too), else of ("frame", path, inode, size,
+    mtime_ns, time)."""
+    parts = ("frame", content) if content else ("frame", *(identity or ()))
+    text = "\0".join(map(str, (*parts, frame_time_key(time))))
+    return content_key(text.encode("utf-8", "surrogateescape"))
+
+
+def indexed_content(hit: Any) -> str | None:
+    """A hit's SHA-256 from the catalog while its file is as indexed (same size and mtime),
+    else None."""
+    get = hit.get if isinstance(hit, dict) else lambda name: getattr(hit, name, None)
+    sha, size, mtime_ns, path = get("sha256"), get("size"), get("mtime_ns"), get("path")
+    if not sha or size is None or mtime_ns is None or path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return sha if (st.st_size, st.st_mtime_ns) == (size, mtime_ns) else None
 
 
 def hit_time(hit: Any) -> float | None:
@@ -520,8 +546,9 @@ def add_masks_to_hits(
     def one(hit: Any) -> dict[str, Any]:
         path = Path(_hit_get(hit, "path"))
         time = hit_time(hit)  # a video hit: its best frame
+        content = indexed_content(hit) if time is not None else None
         try:
-            seen = see(model, path, store, time)
+            seen = see(model, path, store, time, content)
         except DecodeError as exc:
             if on_error is not None:
                 on_error(hit, str(exc))

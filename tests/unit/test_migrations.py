@@ -24,7 +24,9 @@ from click.testing import CliRunner
 from wherein.indexer.store import migrations
 from wherein.indexer.store.catalog import SCHEMA_VERSION, Catalog
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "index_v1"
+from old_indexes import FIXTURES, new_file, raw
+
+FIXTURE = FIXTURES / "index_v1"
 STEPS = [
     "m001_initial",
     "m002_paths_as_bytes",
@@ -40,14 +42,6 @@ def v1(tmp_path) -> Path:
     d = tmp_path / "index"
     shutil.copytree(FIXTURE, d)
     return d
-
-
-def raw(db: Path, sql: str, args=()) -> list[tuple]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def v1_rows(db: Path) -> dict[int, dict]:
@@ -113,17 +107,7 @@ def test_ids_stay_unique_past_a_deleted_last_row(v1):
     cat = Catalog(db)
     with cat.transaction():
         new = cat.insert_image(
-            {
-                "path": "/new.png",
-                "size": 1,
-                "mtime_ns": 1,
-                "sha256": "x",
-                "width": 1,
-                "height": 1,
-                "format": "png",
-                "indexed_at": "t",
-                "model_id": "m",
-            },
+            new_file(),
             None,
         )
     assert new == 10

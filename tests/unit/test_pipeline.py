@@ -280,3 +280,71 @@ def test_good_file_turned_bad_leaves_images_and_search(env, shapes):
     status = json.loads(run("status", "--json", "--check"))
     assert [Path(s["path"]).name for s in status["skipped"]] == [bad.name]
     assert status["images"] == 5 and status["check"]["ok"]
+
+
+def test_a_side_feeds_steps_on_the_shared_pool_and_the_run_waits_for_them():
+    # What a video does: its route starts work on the decode pool (chunks of frames), whose
+    # steps join the batches when ready, between the input's own; the run ends only once
+    # the side is done.
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(2, thread_name_prefix="decode")
+    threads: set[str] = set()
+
+    class Chunks:
+        def __init__(self) -> None:
+            self.futures: list = []
+
+        def start(self, n: int) -> None:
+            def work(k: int) -> Step[str]:
+                threads.add(threading.current_thread().name)
+                time.sleep(0.01)
+                return Step(f"chunk{n}.{k}", np.full((2,), 100.0 + k, np.float32))
+
+            self.futures += [pool.submit(work, k) for k in range(3)]
+
+        @property
+        def busy(self) -> bool:
+            return bool(self.futures)
+
+        @property
+        def saturated(self) -> bool:
+            return len(self.futures) > 3
+
+        def ready(self, block: bool) -> list[Step[str]]:
+            if block and self.futures:
+                self.futures[0].result()
+            done = []
+            while self.futures and self.futures[0].done():
+                done.append(self.futures.pop(0).result())
+            return done
+
+    side = Chunks()
+    committed: list[str] = []
+
+    def route(i: int, loaded: np.ndarray) -> Step[str]:
+        if i in (0, 5):
+            side.start(i)
+        return Step(f"file{i}", loaded)
+
+    try:
+        run_pipeline(
+            range(10),
+            lambda i: np.array([i, i], np.float32),
+            route,
+            lambda steps: committed.extend(s.item for s in steps),
+            FakeTower(batch_size=4),
+            workers=2,
+            policy=CommitPolicy(every=4),
+            pool=pool,
+            side=side,
+        )
+    finally:
+        pool.shutdown()
+    files = [c for c in committed if c.startswith("file")]
+    assert files == [f"file{i}" for i in range(10)]  # the input keeps its order
+    for n in (0, 5):  # each side's steps in their order, none lost, none twice
+        assert [c for c in committed if c.startswith(f"chunk{n}.")] == [
+            f"chunk{n}.{k}" for k in range(3)
+        ]
+    assert len(committed) == 16 and threads <= {"decode_0", "decode_1"}
