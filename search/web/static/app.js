@@ -224,6 +224,9 @@ function openDetail(i) {
   $("d-score").textContent = h.score.toFixed(4);
   $("d-size").textContent = `${h.width ?? "?"} × ${h.height ?? "?"} px · ${humanBytes(h.size)}`;
   $("d-prompt").value = maskPrompt;
+  // "More like this" takes a file's whole-image vector; a video has frames instead.
+  $("d-like").disabled = isVideo(h);
+  $("d-like").title = isVideo(h) ? "Not for videos yet: a video has one vector per frame" : "";
   openVideo(h);
   if (!$("detail").open) $("detail").showModal();
   if (maskPrompt) showMask(maskPrompt); else showOriginal();
