@@ -444,7 +444,11 @@ function go() { writeHash(); runSearch(); }
 async function loadStatus() {
   try {
     const s = await api("/api/status");
-    $("footer").textContent = `${s.images} images indexed · ${s.index}` + (s.standin ? " · stand-in models" : "");
+    // images: searchable items, a video's frames included; files and videos say what a person has.
+    const videos = s.videos || 0;
+    const files = s.files ?? s.images;
+    const what = videos ? `${files - videos} photos and ${videos} video${videos === 1 ? "" : "s"} (${s.frames} frames)` : `${s.images} images`;
+    $("footer").textContent = `${what} indexed · ${s.index}` + (s.standin ? " · stand-in models" : "");
     if (s.standin) {
       $("banner").textContent = "Stand-in models: this index was built with the colour-only test models; they only know colours (try “red” or “blue”).";
       $("banner").hidden = false;
