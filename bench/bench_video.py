@@ -457,7 +457,7 @@ def report(cmd, setup, info, paths, stages, runs, made, load, secs) -> str:
         + (f"; synthesised in {made[0]:.0f} s" if made[0] else " (cached)")
         + f". Image tower: `{m.get('tower', '?')}`.\n",
         "## `wherein index` of the video\n",
-        "| run | frames | wall s | CPU s | x real time (wall) | x real time (CPU, per core) "
+        "| run | frames | wall s | CPU s | x real time (wall) | x real time (CPU s over the cores) "
         "| peak RSS MB |",
         "|---|---:|---:|---:|---:|---:|---:|",
         f"| the {length} video | {frames} | {r_v['wall_s']:.1f} | {r_v['cpu_s']:.1f} | "

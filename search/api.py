@@ -445,17 +445,10 @@ class Searcher:
             got, dist = ids[0][found], dist[0][found]
             cut = min(want, len(got))  # items up to the last one wanted
             if fold:
-                files = self._files_of(got)
-                # As for items: approximate scores need files beyond the k-th to pick from.
-                if nth_file_position(files, want * 4 if approx else want) is None:
-                    # Fewer files than wanted: a video's frames took the places. Every item
-                    # found counts, and the tie check below fetches more.
-                    cut = len(got)
-                    if nprobe and nprobe < nlist and len(got) < fetch:
-                        nprobe = min(nlist, nprobe * 4)
-                        continue
-                else:
-                    cut = (nth_file_position(files, want) or 0) + 1
+                cut = self._file_cut(got, want, approx)
+                if cut == len(got) and nprobe and nprobe < nlist and len(got) < fetch:
+                    nprobe = min(nlist, nprobe * 4)
+                    continue
             # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
             if len(got) < min(want, available) and nprobe and nprobe < nlist:
                 nprobe = min(nlist, nprobe * 4)
@@ -466,6 +459,16 @@ class Searcher:
                 fetch = min(available, fetch * 2)
                 continue
             return got.astype(np.int64)
+
+    def _file_cut(self, got: np.ndarray, want: int, approx: bool) -> int:
+        """How many of the items found (best first) reach the want-th file's best item; all of
+        them when they hold fewer files than wanted (a video's frames took the places: the
+        caller's tie check then fetches more). As for items, an approximate search wants 4x
+        the files to pick the true top from."""
+        files = self._files_of(got)
+        if nth_file_position(files, want * 4 if approx else want) is None:
+            return len(got)
+        return (nth_file_position(files, want) or 0) + 1
 
     def _files_of(self, item_ids: np.ndarray) -> list[int | None]:
         """The file of each item (None: not in the catalog any more)."""
@@ -504,11 +507,7 @@ class Searcher:
         order = [i for i in rank_order(scores, got) if keep[i]]
         if fold:
             order = first_per_file(order, self._files_of(got))
-        limit = (
-            k
-            if k is not None
-            else (None if (min_probability is not None or min_score is not None) else DEFAULT_K)
-        )
+        limit = _limit(k, min_probability, min_score)
         if limit is not None:
             order = order[:limit]
         rows = cat.hit_rows(got[order])
@@ -604,6 +603,13 @@ def add_masks(
         full_size_overlays=full_size_overlays,
         store=store,
     )
+
+
+def _limit(k, min_probability, min_score) -> int | None:
+    """How many hits: k; without it, all above a threshold, else DEFAULT_K."""
+    if k is not None:
+        return k
+    return None if (min_probability is not None or min_score is not None) else DEFAULT_K
 
 
 def _params(selector, nprobe: int):

@@ -202,6 +202,10 @@ def test_the_service_returns_what_the_cli_prints(library, validator):
     assert d["hits"] == search_json("red", "-k", "3", "--kind", "video")
     assert d["models"]["standin"] is True and set(d["timings"]) >= {"total_ms"}
     assert d["query"] == str(Query.parse("red")) and d["mask_prompt"] == "red"
+    # One folder as a string (what the web app has) is that folder, not its characters.
+    with open_index() as searcher:
+        clips = search(searcher, SearchRequest("red", under=str(library / "clips"))).hits
+    assert [Path(h.path).name for h in clips] == ["clip.mp4"]
 
 
 # -- moments, without models -------------------------------------------------------------
@@ -253,3 +257,15 @@ def test_label_is_per_file_the_best_over_its_frames(library, env):
     with IndexStore.open(env["index"]) as store:
         stored = [r for r in store.catalog.read_labels() if r["path"].endswith("clip.mp4")]
     assert {r["label"]: r["probability"] for r in stored} == pytest.approx(clip[0]["labels"])
+
+
+def test_per_file_labels_are_the_best_of_each_files_items():
+    from wherein.search.curate.labels import LabelRun, per_file
+
+    p = np.array([[0.9, 0.1], [0.2, 0.3], [0.1, 0.8], [0.7, 0.2], [0.5, 0.5]])
+    run = LabelRun(["a", "b"], "{}", ["a", "b"], "m", np.array([1, 7, 8, 9, 10]), p - 0.5, p)
+    # 1 is a photo; 7, 8 and 9 frames of video 7; 10 is gone from the catalog.
+    got = per_file(run, {1: 1, 7: 7, 8: 7, 9: 7})
+    assert got.ids.tolist() == [1, 8]  # the video's row: its frame with the likeliest label
+    assert got.probabilities.tolist() == [[0.9, 0.1], [0.7, 0.8]]
+    assert got.cosines.tolist() == (got.probabilities - 0.5).tolist()
