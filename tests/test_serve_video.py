@@ -316,3 +316,23 @@ def _points_at(fd: Path, target: Path) -> bool:
         return os.readlink(fd) == str(target)
     except OSError:
         return False
+
+
+def test_a_frame_masked_by_the_cli_is_not_seen_again_by_the_web_app(standin_models, tmp_path):
+    """`wherein search --mask` and the web app key a video frame's vision pass alike (the
+    video's SHA-256 and the time): the page's first mask of that moment runs the decoder only."""
+    library, index = tmp_path / "library", tmp_path / "index"
+    write_video(library / "clip.mp4", segments, seconds=8.0)
+    build_index(library, index, standin_models)
+    r = CliRunner().invoke(
+        cli,
+        ["search", "blue", "--mask", "--out", str(tmp_path / "masks"), "--json",
+         "--index", str(index), "--models", str(standin_models)],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    with TestClient(create_app(index, standin_models, prefetch_masks=0), base_url=BASE) as c:
+        (hit,) = c.get("/api/search", params={"q": "blue"}).json()["hits"]
+        m = c.get(f"/api/mask/{hit['id']}", params={"prompt": "blue", "t": hit["time"]})
+        assert m.status_code == 200 and m.json()["mask_area"] > 0.9
+        status = c.get("/api/status").json()["masks"]
+    assert status["vision_passes"] == 0 and status["vision_passes_loaded"] == 1
