@@ -291,9 +291,9 @@ class MaskService:
         from wherein.search.localize.masking import frame_store_key, seen_keyed, seen_stored
 
         def compute() -> Seen:
-            if f.time is not None:  # a video's frame: keyed by content and time, as the CLI's
+            if f.time is not None:  # a video's frame: the store keys it by content and time
                 frame = frame_image(f)
-                key = frame_store_key(f.time, content=f.sha256)
+                key = frame_store_key(f.time, content=f.sha256)  # as `search --mask` does
                 return seen_keyed(model, frame, frame.size, key, self.store)
             data = read_verified(f)
             try:
