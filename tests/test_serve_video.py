@@ -336,3 +336,13 @@ def test_a_frame_masked_by_the_cli_is_not_seen_again_by_the_web_app(standin_mode
         assert m.status_code == 200 and m.json()["mask_area"] > 0.9
         status = c.get("/api/status").json()["masks"]
     assert status["vision_passes"] == 0 and status["vision_passes_loaded"] == 1
+
+
+def test_more_like_this_on_a_video_searches_by_all_its_frames(served):
+    """The detail view's "More like this" sends like=<the video's id>: half red, half blue, the
+    clip is as like the red photo as the blue one (the mean of its frames), not an error."""
+    r = served.client.get("/api/search", params={"like": served.video_id, "kind": "photo"})
+    assert r.status_code == 200, r.text
+    hits = r.json()["hits"]
+    assert {Path(h["path"]).name for h in hits} == {"red.png", "blue.png"}
+    assert abs(hits[0]["score"] - hits[1]["score"]) < 1e-3

@@ -224,9 +224,8 @@ function openDetail(i) {
   $("d-score").textContent = h.score.toFixed(4);
   $("d-size").textContent = `${h.width ?? "?"} × ${h.height ?? "?"} px · ${humanBytes(h.size)}`;
   $("d-prompt").value = maskPrompt;
-  // "More like this" takes a file's whole-image vector; a video has frames instead.
-  $("d-like").disabled = isVideo(h);
-  $("d-like").title = isVideo(h) ? "Not for videos yet: a video has one vector per frame" : "";
+  // "More like this" of a video searches by the mean of its frames (search/api.py).
+  $("d-like").title = isVideo(h) ? "Like what this video shows overall (all its frames)" : "";
   openVideo(h);
   if (!$("detail").open) $("detail").showModal();
   if (maskPrompt) showMask(maskPrompt); else showOriginal();
