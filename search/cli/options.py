@@ -20,15 +20,24 @@ from typing import Any
 import click
 
 from wherein.indexer.paths import INDEX_ENV, MODELS_ENV
-from wherein.schemas.errors import CatalogDamaged, WhereinError, is_damage, storage_error
+from wherein.schemas.errors import (
+    CatalogDamaged,
+    UsageError,
+    WhereinError,
+    is_damage,
+    storage_error,
+)
 from wherein.search.export import formats as export_formats  # light: no numpy/pyarrow
 from wherein.search.query import SORT_KEYS
+from wherein.search.service.engine import ENGINES, Engine
+from wherein.search.service.export import export_keep
 
 __all__ = [
     "FORMAT_HELP",
     "SORT_KEYS",
     "Progress",
     "check_export_options",
+    "choose_engine",
     "echo_json",
     "engine_option",
     "export_keep",
@@ -151,15 +160,6 @@ def export_options(masks: bool, rows: str = "hits") -> Callable[[Callable], Call
     return decorate
 
 
-def export_keep(index_dir: str | Path | None, inputs: Sequence[str | Path] = ()) -> list[Any]:
-    """What no export may write: the index folder, and the files the command reads."""
-    from wherein.indexer import paths as P
-    from wherein.search.export.destination import Keep
-
-    keep = [Keep(P.index_dir(index_dir), "the index folder")]
-    return keep + [Keep(Path(p), "an input of this command") for p in inputs]
-
-
 def check_export_options(
     export_path: Path | None,
     export_fmt: str | None,
@@ -255,7 +255,6 @@ def filter_options(f: Callable) -> Callable:
 
 
 # -- where the work runs --------------------------------------------------------------------
-ENGINES = ("local", "ray")
 
 
 def engine_option(help: str) -> Callable[[Callable], Callable]:
@@ -268,6 +267,15 @@ def engine_option(help: str) -> Callable[[Callable], Callable]:
         show_default=True,
         help=help,
     )
+
+
+def choose_engine(engine: str, ray_address: str | None) -> Engine:
+    """--engine and --ray-address as one Engine; a pair that does not go together is a usage
+    error (exit 2, with the usage line, as click's own checks)."""
+    try:
+        return Engine.choose(engine, ray_address)
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def ray_address_option(f: Callable) -> Callable:
