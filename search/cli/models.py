@@ -47,23 +47,21 @@ def pull(models_dir, only, no_optimize, _optimize):
     """Download the real models from the Hugging Face Hub (resumable), then switch to the
     fastest set-up verified here: int8 graphs where this CPU runs them faster, a 16-position
     CLIPSeg text graph and a LiteRT text tower (searches start without torch)."""
-    from wherein.indexer import paths as P
-    from wherein.indexer.models.optimize.service import setup_models
-    from wherein.search.cli.optimize import finish, self_test_report
+    from wherein.search.cli.optimize import finish, show_self_test
+    from wherein.search.service import models as M
+    from wherein.search.service.feedback import Feedback
 
-    root = P.models_dir(models_dir)
-    # The index (WHEREIN_INDEX or the default) only chooses the verification photos: the
-    # user's indexed ones when there are any, else the bundled sample.
-    keys = list(only) or None
-    _, report = setup_models(root, keys, P.index_dir(None), not no_optimize, click.echo)
-    if report is not None:  # optimize's report ends with the self-test
-        finish(report, "table", no_self_test=bool(only))
+    result = M.pull(models_dir, only, not no_optimize, Feedback(say=click.echo))
+    if result.optimized is not None:  # optimize's report ends with the self-test
+        finish(result.optimized, "table")
         click.echo(
             "\nNext: `wherein index ~/Pictures`. A graph verified on the bundled sample "
             "photos (an empty index) is verified again on yours by that first run."
         )
         return
-    if not only and not self_test_report(root)["ok"]:
+    if result.self_test is not None:
+        show_self_test(result.self_test)
+    if not result.ok:
         sys.exit(1)
     click.echo(
         "\nNext: `wherein models optimize` builds int8 image and CLIPSeg vision graphs (kept "

@@ -20,14 +20,14 @@ def _nothing(*_args: Any, **_kwargs: Any) -> None:
 @dataclass(frozen=True)
 class Feedback:
     # One line for the person running it (stderr in the CLI): notes, warnings.
-    say: Callable[[str], object] = _nothing
+    say: Callable[[str], None] = _nothing
     # Items done since the last call, and the total once it is known.
-    progress: Callable[[int], object] = _nothing
-    on_total: Callable[[int], object] = _nothing
+    progress: Callable[[int], None] = _nothing
+    on_total: Callable[[int], None] = _nothing
     # Called once the models or the index are known, before the work: the CLI says there
     # that the answers come from the stand-in models. models: a ModelDir; space/index:
     # the embedding space and folder of an index read without a model.
-    on_models: Callable[..., object] = _nothing
+    on_models: Callable[..., None] = _nothing
 
     def models(self, models: Any = None, *, space: str | None = None, index: Path | None = None):
         self.on_models(models, space=space, index=index)
