@@ -332,14 +332,10 @@ def standin_banner(models=None, *, space: str | None = None, index=None) -> None
     ModelDir a command loads; space (with index, its folder): the embedding space of the
     index a command reads without loading a model (dupes, unique, status).
     """
-    from wherein.indexer.models.modeldir import is_standin_space
+    from wherein.search.service.feedback import standin_note
 
-    if models is not None and models.is_standin:
-        line = f"Using STAND-IN models from {models.root} (they only know colours)."
-    elif is_standin_space(space):
-        where = f" {index}" if index is not None else ""
-        line = f"The index{where} was made with STAND-IN models (they only know colours)."
-    else:
+    line = standin_note(models, space=space, index=index)
+    if line is None:
         return
     click.secho(line, fg="yellow", err=True)
 

@@ -19,7 +19,6 @@ from wherein.search.service.engine import Engine
 from wherein.search.service.export import Exported, ExportTo, export_hits, export_keep, exported
 from wherein.search.service.feedback import QUIET, Feedback
 
-CURATE_SCHEMA = "curate.schema.json"
 DEFAULT_MASK_DIR = Path("wherein-masks")
 
 

@@ -34,3 +34,19 @@ class Feedback:
 
 
 QUIET = Feedback()
+
+
+def standin_note(models: Any = None, *, space: str | None = None, index: Any = None) -> str | None:
+    """The line that says answers come from the colour-only stand-in models, or None.
+
+    models: the ModelDir a workflow loads; space (with index, its folder): the embedding
+    space of an index read without loading a model (dupes, unique, status).
+    """
+    from wherein.indexer.models.modeldir import is_standin_space
+
+    if models is not None and models.is_standin:
+        return f"Using STAND-IN models from {models.root} (they only know colours)."
+    if is_standin_space(space):
+        where = f" {index}" if index is not None else ""
+        return f"The index{where} was made with STAND-IN models (they only know colours)."
+    return None
