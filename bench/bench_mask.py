@@ -191,9 +191,9 @@ def bench_steps(models_root: Path, photos: list[Path], reps: int) -> list[str]:
 
 def bench_hits(models_root: Path, photos: list[Path], ks: list[int], reps: int) -> list[str]:
     from wherein.indexer.models.clipseg import load_cached
+    from wherein.search.cache.vision_store import VISION_DIR, VisionStore
     from wherein.search.localize import masking
     from wherein.search.localize.masking import add_masks_to_hits, plan_parallelism
-    from wherein.search.localize.vision_store import VISION_DIR, VisionStore
 
     lines = [
         "k hits (`add_masks_to_hits`, what `search --mask` adds: decode, vision, decoder, "

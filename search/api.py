@@ -484,10 +484,10 @@ def add_masks(
     """A CLIPSeg mask for every hit (see wherein.search.localize.masking).
 
     index_dir: keep the hits' vision passes in that index's cache, so that another
-    prompt on them later, in any process, runs only the decoder (vision_store.py).
+    prompt on them later, in any process, runs only the decoder (search/cache/vision_store.py).
     """
+    from wherein.search.cache.vision_store import VisionStore
     from wherein.search.localize.masking import add_masks_to_hits
-    from wherein.search.localize.vision_store import VisionStore
 
     store = VisionStore.in_index(Path(index_dir)) if index_dir is not None else None
     return add_masks_to_hits(

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from wherein.schemas.errors import IndexError_
-from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes
+from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes
 from wherein.search.cli import cli
 from wherein.search.web import schemas
 from wherein.search.web.app import create_app, host_name
@@ -274,8 +274,8 @@ def test_photos_are_decoded_and_searches_run_on_a_few_threads(
     preview, a search) runs on the app's few work threads, not on each request's: malloc
     keeps a busy thread's freed memory, and a search starts OpenMP threads per caller, so
     the server's memory grew with its clients (991 -> 1714 MB at 32)."""
+    from wherein.search.cache.thumbs import ResizedCache
     from wherein.search.web.app import WORK_THREADS
-    from wherein.search.web.thumbs import ResizedCache
 
     index = build(tmp_path, standin_models)
     decoders: set[str] = set()

@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 from wherein.indexer.models.clipseg import ClipSeg
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.schemas.records import Hit
-from wherein.search.cache_limit import CacheJanitor
+from wherein.search.cache.limit import CacheJanitor
+from wherein.search.cache.vision_store import VISION_DIR, VisionStore, graph_id
 from wherein.search.cli import cli
 from wherein.search.localize.masking import add_masks_to_hits
-from wherein.search.localize.vision_store import VISION_DIR, VisionStore, graph_id
 from wherein.search.web.app import create_app
 
 from conftest import Counting, draw_shape

@@ -62,8 +62,8 @@ def mask(image, prompts, out_dir, no_files, full_size_overlays, index_dir, model
     from wherein.indexer import paths as P
     from wherein.indexer.models.clipseg import ClipSeg
     from wherein.indexer.models.modeldir import ModelDir
+    from wherein.search.cache.vision_store import VisionStore
     from wherein.search.localize.masking import mask_file
-    from wherein.search.localize.vision_store import VisionStore
     from wherein.search.output import table
 
     image = _image_path(image, index_dir)

@@ -306,7 +306,7 @@ def friendly_errors(f: Callable) -> Callable:
         except (OSError, RuntimeError, sqlite3.Error) as exc:
             translated = storage_error(exc)
             if translated is None and is_damage(exc):
-                # The catalog's own connections name the file (catalog.py); this is the
+                # The catalog's own connections name the file (store/connection.py); this is the
                 # net for any other SQLite file a command reads.
                 translated = CatalogDamaged(f"a SQLite file of the index is damaged ({exc})")
             if translated is None:

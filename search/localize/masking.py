@@ -35,11 +35,11 @@ from wherein.indexer.paths import make_folder
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE, CLIPSEG_MASK_THRESHOLD
 from wherein.schemas.records import HIT_MASK_FIELDS
+from wherein.search.cache.vision import Seen, VisionCache
+from wherein.search.cache.vision_store import VisionStore, content_key, rounded
 from wherein.search.localize.bitpng import encode_1bit
 from wherein.search.localize.probmap import enlarges, stretch, threshold_runs
 from wherein.search.localize.regions import Region, Runs, regions, regions_of_runs
-from wherein.search.localize.vision_cache import Seen, VisionCache
-from wherein.search.localize.vision_store import VisionStore, content_key, rounded
 
 __all__ = [
     "HIT_MASK_FIELDS",

@@ -23,6 +23,7 @@ import numpy as np
 
 from wherein.indexer.imaging import DecodeError
 from wherein.schemas.errors import WhereinError
+from wherein.search.cache.vision_store import rounded
 from wherein.search.export.labels import (
     Categories,
     Instance,
@@ -31,7 +32,6 @@ from wherein.search.export.labels import (
 )
 from wherein.search.localize.mask_shards import Item, MaskJob, Outcome, WorkFolder
 from wherein.search.localize.masking import hit_values, mask_of, open_for_mask
-from wherein.search.localize.vision_store import rounded
 
 # Seconds per stage, summed over images: what a run's time went to (bench_ray_masks).
 STAGES = ("decode", "vision", "decoder", "write")

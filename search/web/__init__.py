@@ -1,9 +1,11 @@
 """`wherein serve`: a local web app (FastAPI) over an index: search, browse, see the masks.
 
-app.py builds the FastAPI app and its JSON API; files.py reads an indexed image
-only while it is still the indexed content; thumbs.py and masks.py keep their
-results under INDEX/cache (masks are made on runner.py's one thread, asked-for
-ones first); schemas.py ties the API to schemas/*.schema.json.
+app.py builds the FastAPI app; routes/ holds its JSON API, one APIRouter per concern,
+over the shared WebState of state.py; responses.py and hosts.py give every error one
+JSON body and refuse foreign Host headers. files.py reads an indexed image only while
+it is still the indexed content; masks.py keeps its results under INDEX/cache, beside
+search/cache's thumbnails (masks are made on runner.py's one thread, asked-for ones
+first); schemas.py ties the API to schemas/*.schema.json.
 """
 
 # Shared by the app and `wherein serve`, whose import must stay light (no FastAPI).

@@ -7,7 +7,7 @@ per thread, and the web server's worker threads are many, so running it in
 each request's thread would load (and pack) the graphs again per worker.
 The vision pass (the expensive part) of the last few images is kept in memory
 (with the image decoded reduced, as a preview), and on disk under
-INDEX/cache/vision (vision_store.py), so trying several prompts on one image,
+INDEX/cache/vision (search/cache/vision_store.py), so trying several prompts on one image,
 even after a restart, costs one vision pass and one decoder run per prompt. After a search,
 the masks of its first hits are made in the background (``prefetch``), behind
 any mask a user asks for, so that opening a hit usually finds its mask ready. The overlay is
@@ -34,11 +34,11 @@ from typing import Any
 from wherein.indexer.imaging import DecodeError, decode
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE
-from wherein.search.localize.vision_cache import Seen, VisionCache
-from wherein.search.localize.vision_store import VisionStore
+from wherein.search.cache.thumbs import _write_atomic
+from wherein.search.cache.vision import Seen, VisionCache
+from wherein.search.cache.vision_store import VisionStore
 from wherein.search.web.files import FileChanged, IndexedFile, check_current, read_verified
 from wherein.search.web.runner import LATER, NOW, PriorityRunner
-from wherein.search.web.thumbs import _write_atomic
 
 MAX_PROMPT_CHARS = 200
 FEATURE_CACHE = 8  # images whose vision pass is kept: ~4.5 MB of t3/t6/t9 + a preview each

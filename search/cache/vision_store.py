@@ -4,7 +4,7 @@ The vision pass is ~all of a mask's cost (0.7-1.2 s of CPU per photo at full siz
 the decoder ~20 ms), and the memory cache dies with its process: a second
 `wherein search ... --mask --mask-prompt other` on the same hits, or a restarted
 `wherein serve`, would run it again. Entries live under INDEX/cache/vision and
-share that cache's size limit (cache_limit.py):
+share that cache's size limit (limit.py):
 
     INDEX/cache/vision/<vision graph id>/<sha256 of the photo's bytes>.npy
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from wherein.indexer.store.atomic import write_atomic
 from wherein.indexer.store.index_store import CATALOG_FILE
-from wherein.search.cache_limit import CacheJanitor, cache_limit_bytes, usable_cache
+from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes, usable_cache
 
 VISION_DIR = "vision"
 STORED_DTYPE = np.float16

@@ -1,0 +1,169 @@
+"""The items table and the embeddings table: what each file yields (a photo: one item of
+kind 'image'; room for a video's frames and a photo's regions), each item with at most
+one vector. FAISS ids are item ids: these are the methods that write and read vectors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from wherein.indexer.store import migrations
+from wherein.indexer.store.base import _chunks, _key, _marks, _path, vector_to_blob
+from wherein.indexer.store.files import FilesTable
+
+
+class ItemsTable(FilesTable):
+    def count_embedded(self) -> int:
+        """Items with a vector (what FAISS holds)."""
+        return self._conn.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+
+    def has_items(self) -> bool:
+        """Whether the catalog stores items (schema 4), not a read-only older one seen
+        through views."""
+        return migrations.has_items(self._db)
+
+    def count_items(self, kind: str | None = None) -> int:
+        """Items (of this kind), embedded or not."""
+        if kind is None:
+            return self._conn.execute("SELECT count(*) FROM items").fetchone()[0]
+        return self._conn.execute("SELECT count(*) FROM items WHERE kind = ?", (kind,)).fetchone()[
+            0
+        ]
+
+    def embedded_ids(self) -> np.ndarray:
+        """Ids of the items with a vector, ascending (what FAISS must hold)."""
+        rows = self._conn.execute("SELECT item_id FROM embeddings ORDER BY item_id").fetchall()
+        return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def embedded_paths(self, under: Sequence[str] | None = None) -> list[tuple[int, str]]:
+        """(item id, path of its file) of every embedded item; with ``under`` (absolute
+        folders), only those whose file is one of them or below one of them."""
+        where, args = self._under("i.path", under)
+        sql = (
+            "SELECT it.id, i.path FROM images i JOIN items it ON it.image_id = i.id "
+            f"JOIN embeddings e ON e.item_id = it.id{where}"
+        )
+        return [(int(i), _path(p)) for i, p in self._conn.execute(sql, args)]
+
+    def vectors_for(self, ids: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(item ids, vectors [n, d]) for those item ids that have an embedding."""
+        got_ids, blobs = [], []
+        for chunk in _chunks(ids):
+            for item_id, blob in self._conn.execute(
+                f"SELECT item_id, vector FROM embeddings WHERE item_id IN ({_marks(chunk)})",
+                chunk,
+            ):
+                got_ids.append(item_id)
+                blobs.append(blob)
+        if not blobs:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+        return np.array(got_ids, dtype=np.int64), self._from_file(got_ids, blobs)
+
+    def iter_vectors(self, batch: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """All embeddings in item id order, batch by batch (never all in memory at once)."""
+        last = -1
+        while True:
+            rows = self._conn.execute(
+                "SELECT item_id, vector FROM embeddings WHERE item_id > ? ORDER BY item_id LIMIT ?",
+                (last, batch),
+            ).fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            ids = [r[0] for r in rows]
+            yield (
+                np.array(ids, dtype=np.int64),
+                self._from_file(ids, [r[1] for r in rows], span=True),
+            )
+
+    def file_vectors(self, file_ids: Iterable[int]) -> dict[int, np.ndarray]:
+        """file id -> the vector of its 'image' item, for the files that have one (what a
+        copy of the same bytes reuses instead of embedding them again)."""
+        item_of: dict[int, int] = {}
+        for chunk in _chunks(file_ids):
+            for item_id, image_id in self._conn.execute(
+                f"SELECT id, image_id FROM items WHERE kind = 'image' AND image_id IN "
+                f"({_marks(chunk)})",
+                chunk,
+            ):
+                item_of[int(item_id)] = int(image_id)
+        ids, vecs = self.vectors_for(item_of)
+        return {item_of[int(i)]: v for i, v in zip(ids, vecs, strict=True)}
+
+    # -- writes (call inside transaction()) --------------------------------
+    def insert_image(
+        self,
+        record: dict,
+        vector: np.ndarray | None,
+        items: Sequence[tuple[str, float | None, Sequence[float] | None, np.ndarray | None]] = (),
+    ) -> int:
+        """A new file row (record: path, size, mtime_ns, sha256, width, height, format,
+        indexed_at, model_id, and optionally ctime_ns, inode), its one 'image' item and that
+        item's embedding (vector; None: not embedded yet); clears a skip of that path.
+        Returns the id (the file's and its first item's). items, when given, are what the
+        file yields instead of the one whole image: (kind, t, box or None, vector) each, ids
+        in that order."""
+        key = _key(record["path"])
+        image_id = self.next_image_id()
+        self._conn.execute(
+            "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
+            "indexed_at, model_id, ctime_ns, inode) VALUES (:id, :key, :size, :mtime_ns, "
+            ":sha256, :width, :height, :format, :indexed_at, :model_id, :ctime_ns, :inode)",
+            {"ctime_ns": None, "inode": None, **record, "key": key, "id": image_id},
+        )
+        located = list(items) or [("image", None, None, vector)]  # a photo
+        for n, (kind, t, box, vec) in enumerate(located):
+            item_id = image_id + n  # next_image_id: no id at or past image_id was ever used
+            x0, y0, x1, y1 = box if box is not None else (None, None, None, None)
+            self._conn.execute(
+                "INSERT INTO items(id, image_id, kind, t, x0, y0, x1, y1) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (item_id, image_id, kind, t, x0, y0, x1, y1),
+            )
+            if vec is not None:
+                self._conn.execute(
+                    "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
+                    (item_id, vector_to_blob(vec)),
+                )
+        self._conn.execute("DELETE FROM skipped WHERE path = ?", (key,))
+        return image_id
+
+    def insert_images(self, records: Sequence[dict], vectors: np.ndarray) -> None:
+        """Rows with the ids given (``id`` in each record: the file's and its one 'image'
+        item's) and their embeddings, in bulk."""
+        self._conn.executemany(
+            "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
+            "indexed_at, model_id) VALUES (:id, :key, :size, :mtime_ns, :sha256, :width, "
+            ":height, :format, :indexed_at, :model_id)",
+            ({**r, "key": _key(r["path"])} for r in records),
+        )
+        self._conn.executemany(
+            "INSERT INTO items(id, image_id, kind) VALUES (?, ?, 'image')",
+            ((int(r["id"]), int(r["id"])) for r in records),
+        )
+        if self._vfile is not None:
+            # Rows first: an id clash fails here, before the file row of a committed id is touched.
+            self._conn.executemany(
+                "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
+                ((int(r["id"]), b"") for r in records),
+            )
+            self._vfile.write(np.array([int(r["id"]) for r in records], np.int64), vectors)
+            return
+        self._conn.executemany(
+            "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
+            ((int(r["id"]), vector_to_blob(v)) for r, v in zip(records, vectors, strict=True)),
+        )
+
+    def set_embedding(self, item_id: int, vector: np.ndarray) -> None:
+        self._doom([item_id])  # a float32 blob from now on: a file row it had is dead
+        self._conn.execute(
+            "INSERT INTO embeddings(item_id, vector) VALUES (?, ?) "
+            "ON CONFLICT(item_id) DO UPDATE SET vector = excluded.vector",
+            (item_id, vector_to_blob(vector)),
+        )
+
+    def clear_embeddings(self) -> int:
+        self._dying_all = True
+        return self._conn.execute("DELETE FROM embeddings").rowcount

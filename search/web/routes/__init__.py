@@ -1,0 +1,14 @@
+"""The app's routes, one APIRouter per concern; create_app includes them in this order.
+
+pages: the page; status: /api/status; search: /api/search; images: a hit's record,
+thumbnail, preview, and the folders; masks: /api/mask. Each route takes the app's
+WebState as a ``Web`` parameter (state.py) and leaves the work to the library.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from wherein.search.web.routes import images, masks, pages, search, status
+
+ROUTERS: list[APIRouter] = [pages.router, status.router, search.router, images.router, masks.router]

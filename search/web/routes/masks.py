@@ -1,0 +1,66 @@
+"""/api/mask: where a prompt matches in one image (CLIPSeg), and the overlay and mask files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from wherein.search.web.masks import KINDS, clean_prompt
+from wherein.search.web.responses import JSONResponse, image_response
+from wherein.search.web.routes.common import ImageId, json_schema_response
+from wherein.search.web.state import Web
+
+router = APIRouter()
+
+
+@router.get(
+    "/api/mask/{image_id}",
+    responses=json_schema_response("MaskResponse", "Where the prompt matches"),
+)
+def mask(
+    state: Web, image_id: ImageId, prompt: Annotated[str, Query(max_length=1000)]
+) -> JSONResponse:
+    f = state.indexed(image_id)
+    p = clean_prompt(prompt)
+    with state.serving(f):
+        entry = state.masks.get(f, p)
+    qs = f"?prompt={quote(p)}&v={f.sha256[:16]}"
+    return JSONResponse(
+        {
+            **entry.summary,
+            "overlay_url": f"/api/mask/{f.id}/overlay{qs}",
+            "mask_url": f"/api/mask/{f.id}/mask{qs}",
+        }
+    )
+
+
+@router.get(
+    "/api/mask/{image_id}/{kind}",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "overlay JPEG or mask PNG",
+            "content": {"image/jpeg": {}, "image/png": {}},
+        }
+    },
+)
+def mask_file(
+    state: Web,
+    image_id: ImageId,
+    kind: Literal["overlay", "mask"],
+    prompt: Annotated[str, Query(max_length=1000)],
+) -> Response:
+    f, p = state.indexed(image_id), clean_prompt(prompt)
+
+    def make() -> tuple[Path | bytes, bool]:
+        if kind == "mask":
+            return state.masks.mask_png(f, p)
+        entry = state.masks.get(f, p)
+        return entry.files[kind], bool(entry.summary.get("cached"))
+
+    with state.serving(f):
+        return image_response(state, make, KINDS[kind][1])

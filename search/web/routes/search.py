@@ -1,0 +1,112 @@
+"""/api/search: one page of hits for the query algebra of `wherein search`."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from wherein.search.web.responses import BadRequest, JSONResponse
+from wherein.search.web.routes.common import MAX_ID, json_schema_response, urls
+from wherein.search.web.state import Web, WebState
+
+MAX_PER_PAGE = 200
+PAGE_BLOCK = 200
+MAX_RESULTS = 10_000  # page * per_page: deeper than anyone scrolls
+
+router = APIRouter()
+
+
+@router.get("/api/search", responses=json_schema_response("SearchResponse", "One page of hits"))
+def search(
+    state: Web,
+    q: Annotated[
+        str, Query(max_length=1000, description="Query algebra as in `wherein search`")
+    ] = "",
+    like: Annotated[
+        list[int], Query(description="Catalog ids whose indexed vectors join the query")
+    ] = [],  # noqa: B006
+    unlike: Annotated[list[int], Query(description="Catalog ids subtracted from the query")] = [],  # noqa: B006
+    min_probability: Annotated[float | None, Query(gt=0, lt=1)] = None,
+    under: Annotated[str | None, Query(max_length=4096, description="Absolute folder")] = None,
+    taken: Annotated[
+        str | None, Query(max_length=100, description="Dates FROM..TO, e.g. 2024-06..2024-08")
+    ] = None,
+    camera: Annotated[
+        str | None, Query(max_length=200, description="Part of the EXIF camera make/model")
+    ] = None,
+    near: Annotated[
+        str | None, Query(max_length=100, description="LAT,LON[,KM] (GPS, default 10 km)")
+    ] = None,
+    sort: Literal["score", "date", "taken", "path", "size"] = "score",
+    page: Annotated[int, Query(ge=1)] = 1,
+    per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = 48,
+) -> JSONResponse:
+    from wherein.search.api import Query as Q
+
+    if page * per_page > MAX_RESULTS:
+        raise BadRequest(
+            f"page: at most {MAX_RESULTS} results can be paged through; narrow the query"
+        )
+    if under is not None:
+        under = under.strip() or None
+    if under is not None and not os.path.isabs(os.path.expanduser(under)):
+        raise BadRequest("under: give an absolute folder path (e.g. /home/me/Photos)")
+    query = Q.parse(q) if q.strip() else Q()
+    for image_id, add in [(i, True) for i in like] + [(i, False) for i in unlike]:
+        _check_indexed(state, image_id)
+        query = query.like_id(image_id, 1.0 if add else -1.0)
+    query.validate()
+    end = page * per_page
+    # Fetch in blocks: pages cut from one candidate set stay consistent (no hit on two
+    # pages, none skipped) even where scores tie and FAISS may pick either.
+    k = (
+        None
+        if min_probability is not None
+        else min(-(-(end + 1) // PAGE_BLOCK) * PAGE_BLOCK, MAX_RESULTS + 1)
+    )
+
+    def run() -> tuple[list, dict, list]:
+        hits = state.searcher.search(
+            query,
+            k=k,
+            min_probability=min_probability,
+            under=under,
+            sort=sort,
+            taken=taken,
+            camera=camera,
+            near=near,
+        )
+        timings = {k: round(v, 2) for k, v in state.searcher.last_timings.items()}
+        return hits, timings, list(state.searcher.last_warnings)
+
+    hits, timings, warnings = state.searching.submit(run).result()
+    total = len(hits) if min_probability is not None else None
+    chunk = hits[end - per_page : end]
+    prompt = query.mask_prompt()
+    if prompt and page == 1 and state.prefetch_masks > 0:
+        first = [h.id for h in chunk[: state.prefetch_masks]]
+        state.masks.prefetch([functools.partial(state.indexed, i) for i in first], prompt)
+    return JSONResponse(
+        {
+            "query": str(query),
+            "mask_prompt": prompt,
+            "page": page,
+            "per_page": per_page,
+            "has_more": len(hits) > end,
+            "total": total,
+            "hits": [{**h.to_dict(), **urls(h.id, h.sha256)} for h in chunk],
+            "timings": timings,
+            "warnings": warnings,
+            "standin": state.searcher.models.is_standin,
+        }
+    )
+
+
+def _check_indexed(state: WebState, image_id: int) -> None:
+    """A "more like this" id must be a catalog row; its stored vector is used, not the file."""
+    if not 1 <= image_id <= MAX_ID:
+        raise BadRequest(f"like: {image_id} is not a catalog id")
+    state.indexed(image_id)
