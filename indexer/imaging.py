@@ -17,6 +17,7 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 if TYPE_CHECKING:
     from wherein.indexer.photometa import PhotoMeta  # photometa imports this module
+    from wherein.indexer.video.probe import VideoInfo
 
 from wherein.schemas.models import (
     CLIPSEG_IMAGE_SIZE,
@@ -232,6 +233,9 @@ class Prepared:
     photo: PhotoMeta | None = None  # EXIF from the same bytes (the index run stores it)
     ctime_ns: int = 0  # with size and mtime, the state of the file read (0: not known)
     inode: int = 0
+    # A video (probed, not decoded yet): its frames are sampled and embedded in chunks
+    # after its file row is committed (ingest/videos.py); items stays empty.
+    video: VideoInfo | None = None
 
     @property
     def pixels(self) -> np.ndarray | None:

@@ -6,8 +6,10 @@ carries the same fields. The photo fields (``taken``, ``taken_source``, ``camera
 ``lens``, ``gps``) come from the catalog's EXIF table; ``taken`` falls back to
 the file's mtime when a photo has no EXIF date. ``id`` is the file's catalog id;
 ``item_id`` the matched item's (a file yields items, each with its vector), located by
-``kind`` ("photo" for a photo's one item), ``time`` (seconds into a video) and ``box``
-(a region's [x0, y0, x1, y1] in pixels), null where they do not apply. The mask fields are filled in by
+``kind`` ("photo" for a photo's one item, "video" for a video's frame), ``time`` (seconds
+into a video: its best frame's) and ``box`` (a region's [x0, y0, x1, y1] in pixels), null
+where they do not apply. A video hit also carries its ``duration`` and its ``moments``
+(wherein.search.videos): the stretches of it that match, null for a photo. The mask fields are filled in by
 ``wherein.search.localize.masking.add_masks_to_hits`` when a search asks for masks; they
 are left out of the JSON form while unset. ``extra`` holds fields added by later
 features that are not declared here yet: they are merged into the JSON form.
@@ -29,6 +31,7 @@ HIT_SCHEMA_PATH = Path(__file__).with_name("hit.schema.json")
 STATUS_SCHEMA_PATH = Path(__file__).with_name("status.schema.json")
 INDEX_RUN_SCHEMA_PATH = Path(__file__).with_name("index.schema.json")
 EMBED_RUN_SCHEMA_PATH = Path(__file__).with_name("embed.schema.json")  # `wherein embed --json`
+SEARCH_SCHEMA_PATH = Path(__file__).with_name("search.schema.json")  # service.search.SearchResult
 # The service layer's results (search/service/): build-index, the curation summaries,
 # optimize/pull, and the --watch lines of `wherein index --json`.
 BUILD_INDEX_SCHEMA_PATH = Path(__file__).with_name("build-index.schema.json")
@@ -60,9 +63,15 @@ HIT_CORE_FIELDS = (
     "kind",
     "time",
     "box",
+    # Added with videos: at the end, so the columns before them keep their places.
+    "duration",
+    "moments",
 )
-# What an item's kind in the catalog is called in a hit ("image": a photo's one item).
-HIT_KINDS = {"image": "photo"}
+# What an item's kind in the catalog is called in a hit ("image": a photo's one item;
+# "frame": a video's, whose hit is the video).
+HIT_KINDS = {"image": "photo", "frame": "video"}
+# The fields of one of a video hit's moments, in this order.
+MOMENT_FIELDS = ("start", "end", "time", "score", "probability")
 # Present only when set (masks).
 HIT_MASK_FIELDS = ("mask_path", "overlay_path", "bbox", "mask_area", "mask_score")
 
@@ -159,6 +168,9 @@ class Hit:
     kind: str | None = None
     time: float | None = None  # seconds into a video (a frame)
     box: list[float] | None = None  # [x0, y0, x1, y1] in pixels (a region)
+    # -- a video (kind "video"): time is its best frame's -------------------------
+    duration: float | None = None  # seconds
+    moments: list[dict[str, Any]] | None = None  # MOMENT_FIELDS each; None for a frame hit
     mtime_ns: int | None = field(default=None, repr=False)  # for sorting; not in the JSON form
     taken_key: str | None = field(default=None, repr=False)  # local "YYYY-MM-DD HH:MM:SS"
     # -- masks ---------------------------------------------------------
@@ -206,6 +218,7 @@ class Hit:
             kind=HIT_KINDS.get(kind, kind) if kind is not None else None,
             time=row.get("t"),
             box=row.get("box"),
+            duration=row.get("duration"),
             mtime_ns=row["mtime_ns"],
             taken_key=key,
             extra=dict(extra or {}),

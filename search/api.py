@@ -26,6 +26,10 @@ what ``score``/``probability`` mean) or a query string. Selection:
   allowed; EXIF date, else the file's mtime), a substring of the camera make
   and model, a point and radius ("48.85,2.29,5" = 5 km; GPS in EXIF). See
   wherein.search.photofilter;
+- ``kind``: "photo" or "video": only files of that kind (through the same selector);
+- ``frames``: a video's frames as hits of their own; by default a video is one hit, its
+  best frame's, with its ``duration`` and ``moments`` (wherein.search.videos), and ``k``
+  counts files, not frames;
 - ``sort``: "score" (default), "date" (newest file first), "taken" (newest
   photo first), "path", "size" (largest first), applied after the cut;
   ``reverse`` flips it. ``rank`` stays the relevance rank.
@@ -63,12 +67,19 @@ from wherein.indexer.models.registry import ImageEmbedder, TextEncoder, entry_fo
 from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.errors import IndexError_, ModelError
-from wherein.schemas.records import Hit
+from wherein.schemas.records import HIT_KINDS, Hit
 from wherein.search.photofilter import Near, PhotoFilter, TakenRange
 from wherein.search.query import SORT_KEYS, Query, QueryError, Term
 from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, rank_order
+from wherein.search.videos import (
+    first_per_file,
+    matching_frames,
+    moments,
+    nth_file_position,
+)
 
 __all__ = [
+    "HIT_KINDS",
     "Hit",
     "Query",
     "QueryError",
@@ -80,6 +91,9 @@ __all__ = [
 ]
 
 DEFAULT_K = 10
+# What --kind names -> the catalog's item kind.
+ITEM_KIND = {hit_kind: item_kind for item_kind, hit_kind in HIT_KINDS.items()}
+KINDS = tuple(ITEM_KIND)
 # Approximate (SQ8) scores can be off by ~1e-3; widen the range search by this
 # much, then cut on exact scores.
 _APPROX_MARGIN = 0.01
@@ -238,17 +252,20 @@ class Searcher:
     def _embed_image(self, term: Term) -> np.ndarray:
         if term.kind == "indexed":
             with self._lock:
-                # A hit's id is its file's: the vector of the file's whole-image item.
-                vec = self.store.catalog.file_vectors([int(term.value)]).get(int(term.value))
+                vec = self._file_vector(int(term.value))
             if vec is None:
                 raise QueryError(f"image {term.value} is not in the index")
-            return unit_rows(vec[None])[0]
+            return vec
         path = Path(term.value).expanduser()
         if not path.is_file():
             raise QueryError(f"{term.value}: no such image file (--like)")
         stored = self._indexed_vector(path)
         if stored is not None:
             return stored  # already embedded: no need to load the image tower
+        from wherein.indexer.media import VIDEO, kind_by_content
+
+        if kind_by_content(path) == VIDEO:
+            raise QueryError(f"{term.value}: a video is used with --like once it is indexed")
         from wherein.indexer.imaging import DecodeError, decode
 
         try:
@@ -267,8 +284,20 @@ class Searcher:
             row = self.store.catalog.row_by_path(os.path.abspath(path))
             if row is None or row["size"] != st.st_size or row["mtime_ns"] != st.st_mtime_ns:
                 return None
-            vec = self.store.catalog.file_vectors([row["id"]]).get(row["id"])
-        return unit_rows(vec[None])[0] if vec is not None else None
+            return self._file_vector(row["id"])
+
+    def _file_vector(self, file_id: int) -> np.ndarray | None:
+        """A file's query vector (call under the lock): a photo's one vector; for a video the
+        mean direction of its frames (what the clip shows overall), unit length."""
+        cat = self.store.catalog
+        vec = cat.file_vectors([file_id]).get(file_id)
+        if vec is not None:
+            return unit_rows(vec[None])[0]
+        frames = cat.embedded_frames([file_id]).get(file_id)
+        if not frames:
+            return None
+        _, vecs = cat.vectors_for([item for item, _ in frames])
+        return unit_rows(unit_rows(vecs).mean(axis=0)[None])[0]
 
     # -- search ---------------------------------------------------------------------
     def search(
@@ -285,9 +314,13 @@ class Searcher:
         taken: str | TakenRange | None = None,
         camera: str | None = None,
         near: str | Near | tuple | None = None,
+        kind: str | None = None,
+        frames: bool = False,
     ) -> list[Hit]:
         """Hits for a query; see the module docstring for the selection rules."""
         photo = PhotoFilter.parse(taken, camera, near)
+        if kind is not None and kind not in ITEM_KIND:
+            raise QueryError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")
         for pattern in _as_list(glob):  # refused before any model loads
             _glob_matcher(pattern)
         if sort not in SORT_KEYS:
@@ -333,9 +366,14 @@ class Searcher:
                 self.last_warnings = self.last_warnings + self._empty_folders(under)
             if photo is not None:
                 allowed = photo.ids(self.store.catalog, allowed)
-            ids = self._candidates(qv, k, min_probability, min_score, allowed)
+            if kind is not None:
+                of_kind = self.store.catalog.embedded_ids(ITEM_KIND[kind])
+                allowed = of_kind if allowed is None else np.intersect1d(allowed, of_kind)
+            # Folding costs a look-up of each candidate's file: not for a library of photos.
+            fold = not frames and self.store.catalog.holds_videos()
+            ids = self._candidates(qv, k, min_probability, min_score, allowed, fold)
             t2 = time.perf_counter()
-            hits = self._join(qv, ids, k, min_probability, min_score, check_exists)
+            hits = self._join(qv, ids, k, min_probability, min_score, check_exists, fold)
         _sort(hits, sort, reverse)
         t3 = time.perf_counter()
         self.last_timings = {
@@ -374,8 +412,13 @@ class Searcher:
             if not len(self._matching_ids([u], []))
         ]
 
-    def _candidates(self, qv: QueryVectors, k, min_probability, min_score, allowed) -> np.ndarray:
-        """Candidate ids from FAISS (a superset of the final cut when scores are approximate)."""
+    def _candidates(
+        self, qv: QueryVectors, k, min_probability, min_score, allowed, fold: bool = False
+    ) -> np.ndarray:
+        """Candidate ids from FAISS (a superset of the final cut when scores are approximate).
+
+        fold: k counts files, not items: fetch until the items found span k files (a video's
+        frames crowd the top), and the ties of the k-th file's best item are in."""
         import faiss
 
         index = self.store.vectors.index
@@ -415,21 +458,51 @@ class Searcher:
             )
             found = ids[0] >= 0
             got, dist = ids[0][found], dist[0][found]
+            cut = min(want, len(got))  # items up to the last one wanted
+            if fold:
+                cut = self._file_cut(got, want, approx)
+                if cut == len(got) and nprobe and nprobe < nlist and len(got) < fetch:
+                    nprobe = min(nlist, nprobe * 4)
+                    continue
             # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
             if len(got) < min(want, available) and nprobe and nprobe < nlist:
                 nprobe = min(nlist, nprobe * 4)
                 continue
             # Hits tied with the last one wanted may lie past the cut, and which of them FAISS
             # returned depends on the CPU: fetch until the tie is inside, _join breaks it by id.
-            if fetch < available and len(got) == fetch and _tied(dist, min(want, len(got))):
+            if fetch < available and len(got) == fetch and _tied(dist, cut):
                 fetch = min(available, fetch * 2)
                 continue
             return got.astype(np.int64)
 
+    def _file_cut(self, got: np.ndarray, want: int, approx: bool) -> int:
+        """How many of the items found (best first) reach the want-th file's best item; all of
+        them when they hold fewer files than wanted (a video's frames took the places: the
+        caller's tie check then fetches more). As for items, an approximate search wants 4x
+        the files to pick the true top from."""
+        files = self._files_of(got)
+        if nth_file_position(files, want * 4 if approx else want) is None:
+            return len(got)
+        return (nth_file_position(files, want) or 0) + 1
+
+    def _files_of(self, item_ids: np.ndarray) -> list[int | None]:
+        """The file of each item (None: not in the catalog any more)."""
+        files = self.store.catalog.item_files(int(i) for i in item_ids)
+        return [files.get(int(i)) for i in item_ids]
+
     def _join(
-        self, qv: QueryVectors, ids: np.ndarray, k, min_probability, min_score, check_exists
+        self,
+        qv: QueryVectors,
+        ids: np.ndarray,
+        k,
+        min_probability,
+        min_score,
+        check_exists,
+        fold: bool = False,
     ) -> list[Hit]:
-        """Exact scores from the catalog's vectors, the cut, then catalog rows -> Hits."""
+        """Exact scores from the catalog's vectors, the cut, then catalog rows -> Hits.
+
+        fold: one hit per file, its best item's (a video's best frame), with moments."""
         if len(ids) == 0:
             return []
         cat = self.store.catalog
@@ -447,11 +520,9 @@ class Searcher:
         if min_score is not None:
             keep &= scores >= min_score - THRESHOLD_SLACK
         order = [i for i in rank_order(scores, got) if keep[i]]
-        limit = (
-            k
-            if k is not None
-            else (None if (min_probability is not None or min_score is not None) else DEFAULT_K)
-        )
+        if fold:
+            order = first_per_file(order, self._files_of(got))
+        limit = _limit(k, min_probability, min_score)
         if limit is not None:
             order = order[:limit]
         rows = cat.hit_rows(got[order])
@@ -469,7 +540,55 @@ class Searcher:
                     check_exists=check_exists,
                 )
             )
+        if fold and any(h.kind == "video" for h in hits):
+            hits = self._fold_videos(qv, hits, min_probability, min_score)
         return hits
+
+    def _fold_videos(
+        self, qv: QueryVectors, hits: list[Hit], min_probability, min_score
+    ) -> list[Hit]:
+        """Each video hit becomes its video's: the best of all its frames (exact scores, not
+        only the candidates FAISS returned) with the moments they make; then ranked again,
+        best first, equal scores by item id."""
+        cat = self.store.catalog
+        frames = cat.embedded_frames(h.id for h in hits if h.kind == "video")
+        scale = self.text_tower.logit_scale if qv.text is not None else None
+        out: list[Hit] = []
+        for h in hits:
+            stamps = frames.get(h.id)
+            if h.kind != "video" or not stamps:
+                out.append(h)
+                continue
+            item_ids = np.array([i for i, _ in stamps], dtype=np.int64)
+            got, vecs = cat.vectors_for(item_ids)
+            by_id = dict(zip(got.tolist(), range(len(got)), strict=True))
+            rows = [by_id[i] for i in item_ids.tolist() if i in by_id]
+            times = np.array([t for i, t in stamps if i in by_id], dtype=np.float64)
+            item_ids = got[rows]
+            vecs = unit_rows(vecs[rows])
+            scores = exact_scores(vecs, qv.full)
+            text_cos = exact_scores(vecs, qv.text) if qv.text is not None else None
+            probs = self.text_tower.probability(text_cos) if text_cos is not None else None
+            passes = None
+            if min_probability is not None and text_cos is not None:
+                cos = self.text_tower.cosine_for_probability(min_probability)
+                passes = text_cos >= cos - THRESHOLD_SLACK
+            elif min_score is not None:
+                passes = scores >= min_score - THRESHOLD_SLACK
+            matching = matching_frames(scores, text_cos, scale, passes)
+            ranked = [i for i in rank_order(scores, item_ids) if passes is None or passes[i]]
+            best = ranked[0] if ranked else int(np.flatnonzero(item_ids == h.item_id)[0])
+            out.append(
+                h.replace(
+                    item_id=int(item_ids[best]),
+                    time=float(times[best]),
+                    score=float(scores[best]),
+                    probability=None if probs is None else float(probs[best]),
+                    moments=moments(times, item_ids, scores, probs, matching, h.duration),
+                )
+            )
+        order = rank_order([h.score for h in out], [h.item_id or h.id for h in out])
+        return [out[i].replace(rank=n + 1) for n, i in enumerate(order)]
 
 
 def add_masks(
@@ -499,6 +618,13 @@ def add_masks(
         full_size_overlays=full_size_overlays,
         store=store,
     )
+
+
+def _limit(k, min_probability, min_score) -> int | None:
+    """How many hits: k; without it, all above a threshold, else DEFAULT_K."""
+    if k is not None:
+        return k
+    return None if (min_probability is not None or min_score is not None) else DEFAULT_K
 
 
 def _params(selector, nprobe: int):

@@ -8,8 +8,10 @@ described by ``schemas/hit.schema.json``):
 - ``csv``: a header row, then one row per hit; core fields first in schema
   order, then any set optional fields (``bbox`` as JSON text); empty cell = null;
   ``read_csv`` turns it back into hit objects;
-- ``paths``: one path per line (``xargs``-friendly; ``paths0`` ends each with NUL);
-- ``table``: rank, probability, score, size in pixels, path; stale entries marked.
+- ``paths``: one path per line (``xargs``-friendly; ``paths0`` ends each with NUL), a
+  video's once however many of its frames matched (``--frames``);
+- ``table``: rank, probability, score, size in pixels, path; stale entries marked; a
+  video's path with its hit's time, ``clip.mp4 @ 1:23``.
 
 ``table()`` and ``human_bytes()`` are the plain-text helpers every command's
 human-readable output uses.
@@ -30,9 +32,9 @@ from wherein.schemas.records import HIT_CORE_FIELDS, HIT_MASK_FIELDS, Hit
 FORMATS = ("table", "json", "nl", "csv", "paths", "paths0")
 
 _INT_FIELDS = {"rank", "width", "height", "id", "size", "item_id"}
-_FLOAT_FIELDS = {"score", "probability", "mask_area", "mask_score", "time"}
+_FLOAT_FIELDS = {"score", "probability", "mask_area", "mask_score", "time", "duration"}
 _BOOL_FIELDS = {"exists"}
-_JSON_FIELDS = {"bbox", "gps", "box"}
+_JSON_FIELDS = {"bbox", "gps", "box", "moments"}
 
 
 def render(
@@ -49,12 +51,17 @@ def render(
     if fmt == "csv":
         return to_csv(hits)
     if fmt == "paths":
-        return "".join(h.path + "\n" for h in hits)
+        return "".join(p + "\n" for p in _paths(hits))
     if fmt == "paths0":
-        return "".join(h.path + "\0" for h in hits)
+        return "".join(p + "\0" for p in _paths(hits))
     if fmt == "table":
         return to_table(hits, photo, near) + ("\n" if hits else "")
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def _paths(hits: Sequence[Hit]) -> list[str]:
+    """Each hit's path once, in the hits' order (a video's frames share one)."""
+    return list(dict.fromkeys(h.path for h in hits))
 
 
 def to_json(hits: Sequence[Hit]) -> str:
@@ -177,7 +184,7 @@ def to_table(hits: Sequence[Hit], photo: Sequence[str] = (), near: str | None = 
             "score": h.score,
             "pixels": f"{h.width}x{h.height}" if h.width and h.height else "",
             **_photo_cells(h, photo, point),
-            "path": printable(h.path) + ("" if h.exists else "  [missing]"),
+            "path": printable(h.path) + _at(h) + ("" if h.exists else "  [missing]"),
         }
         if has_mask:
             row["mask"] = h.mask_area
@@ -185,6 +192,15 @@ def to_table(hits: Sequence[Hit], photo: Sequence[str] = (), near: str | None = 
         rows.append(row)
     cols = ["rank", "prob", "score", "pixels", *[c for c in PHOTO_COLUMNS if c in photo], "path"]
     return table(rows, cols + (["mask", "mask_path"] if has_mask else []))
+
+
+def _at(h: Hit) -> str:
+    """' @ 1:23' after a video's path: where in it to look."""
+    if h.kind != "video" or h.time is None:
+        return ""
+    from wherein.search.videos import clock
+
+    return f" @ {clock(h.time)}"
 
 
 def table(rows: list[dict], columns: list[str], width: int | None = None) -> str:

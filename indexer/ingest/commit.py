@@ -17,16 +17,20 @@ from wherein.indexer.imaging import Prepared
 from wherein.indexer.ingest.pipeline import Step
 from wherein.indexer.ingest.plan import Decision, Kind, Plan, Work
 from wherein.indexer.ingest.read import Unsettled
+from wherein.indexer.ingest.videos import FrameChunk, VideoJob
 from wherein.indexer.store.catalog import Catalog
+from wherein.indexer.video import VideoInfo
 
 
 @dataclass(frozen=True)
 class Routed:
-    """One read file and what the plan decided for it."""
+    """One read file and what the plan decided for it; job: the video whose frames follow
+    as FrameChunk steps (its row is written here, its frames with them)."""
 
     work: Work
     read: Prepared | Unsettled
     decision: Decision
+    job: VideoJob | None = None
 
 
 def now_iso() -> str:
@@ -61,41 +65,70 @@ def photo_row(image_id: int, p: Prepared) -> dict | None:
     return {"image_id": image_id, "size": p.size, "mtime_ns": p.mtime_ns, **p.photo.as_dict()}
 
 
+def video_row(info: VideoInfo) -> dict:
+    """The videos columns a probe gives (frames, complete and damage come with the frames)."""
+    return {
+        "duration": info.duration,
+        "fps": info.fps,
+        "codec": info.codec,
+        "rotation": info.rotation,
+    }
+
+
 def located(p: Prepared, vector):
     """insert_image's (vector, items): a photo's one vector, or each item's (several)."""
     if vector is None or vector.ndim == 1:
-        return vector, ()
+        return vector, None
     items = [(loc.kind, loc.t, loc.box, v) for (loc, _), v in zip(p.items, vector, strict=True)]
     return None, items
 
 
-def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> int:
-    """Returns how many photo-metadata rows it stored with the images."""
+def commit_batch(cat: Catalog, all_steps: Sequence[Step], model_id: str) -> int:
+    """Returns how many photo-metadata rows it stored with the images. all_steps: Routed
+    files and FrameChunk frames of videos whose rows this or an earlier batch wrote."""
+    steps: list[Step[Routed]] = [s for s in all_steps if isinstance(s.item, Routed)]
     # Donors are never written by this run before the end (plan.py), so reading
     # their vectors before the transaction is safe.
     copies = [s.item.decision for s in steps if s.item.decision.kind is Kind.COPY]
     donors = [d.named_row for d in copies if d.row is not None]
     donor_vector = cat.file_vectors(donors) if donors else {}
+    donor_frames = cat.video_items(donors) if donors else {}  # a copy of a video
     twin_vector = _twin_vectors(cat, steps) if len(donors) < len(copies) else {}
     now = now_iso()
     photos: list[dict] = []
     with cat.transaction():
         changed = False
-        for s in steps:
+        for s in all_steps:
+            if isinstance(s.item, FrameChunk):
+                _commit_frames(cat, s.item, s.vector, now)
+                changed = True
+                continue
+            assert isinstance(s.item, Routed)
             work, p, d = s.item.work, s.item.read, s.item.decision
             if d.kind is Kind.LATER or isinstance(p, Unsettled):
                 continue
             path, old = work.found.path, work.old
-            if old is not None and d.kind is not Kind.TOUCH:  # the path's row is replaced
+            if old is not None and d.kind not in (Kind.TOUCH, Kind.RESUME):  # row replaced
                 cat.delete_images([old.id])
                 changed = True
             image_id: int | None = None
-            if d.kind is Kind.TOUCH:
+            if d.kind in (Kind.TOUCH, Kind.RESUME):
                 cat.touch(image_id := d.named_row, p.size, p.mtime_ns, *_identity(p))
             elif d.kind is Kind.MOVE:
                 cat.relink(image_id := d.named_row, path, p.size, p.mtime_ns, *_identity(p))
             elif d.kind is Kind.SKIP:
                 cat.record_skip(path, d.reason, p.size, p.mtime_ns, now)
+            elif p.video is not None and d.kind is Kind.EMBED:
+                image_id = cat.insert_video(record(path, p, model_id, now), video_row(p.video))
+                assert s.item.job is not None
+                s.item.job.image_id = image_id
+                changed = True
+            elif p.video is not None and d.row in donor_frames:
+                image_id = cat.insert_image(
+                    record(path, p, model_id, now), None, donor_frames[d.row]
+                )
+                cat.copy_video(d.named_row, image_id)
+                changed = True
             else:
                 if d.kind is Kind.EMBED:
                     vector = s.vector
@@ -113,6 +146,16 @@ def commit_batch(cat: Catalog, steps: Sequence[Step[Routed]], model_id: str) -> 
         if changed:
             cat.bump_generation()
     return len(photos)
+
+
+def _commit_frames(cat: Catalog, chunk: FrameChunk, vectors, now: str) -> None:
+    job = chunk.job
+    if chunk.error is not None:  # not one frame decoded: a skip, as a broken photo is
+        cat.record_skip(job.path, chunk.error, job.size, job.mtime_ns, now)
+        return
+    assert job.image_id is not None, "a video's frames are committed after its row"
+    frames = list(zip(chunk.times, vectors if vectors is not None else [], strict=True))
+    cat.add_frames(job.image_id, frames, done=chunk.last, damage=chunk.damage)
 
 
 def _twin_vectors(cat: Catalog, steps: Sequence[Step[Routed]]) -> dict:

@@ -11,7 +11,8 @@ Two stages, because one decision needs the file's hash:
    bytes as its own row, new mtime), move (same bytes as a gone row: that row
    moves here, keeping its id and vector), copy (same bytes as another indexed
    file, or as one embedded earlier in this run: reuse its vector), skip
-   (unreadable), later (changed while being read), or embed.
+   (unreadable), later (changed while being read), resume (a video's own row whose frames
+   a stopped run did not all commit: the rest are embedded), or embed.
 
 Invariants:
 - A row is deleted only if the walk read the folder holding it and the file was
@@ -48,6 +49,9 @@ class Known(NamedTuple):
     has_vector: bool
     ctime_ns: int | None = None  # None: not recorded (a row from before they were)
     inode: int | None = None
+    # False: a video whose frames are not all committed yet (a run stopped mid-video): it
+    # is read again, and route() resumes it
+    complete: bool = True
 
     def same_state(self, f: FoundFile) -> bool:
         """The file as found is the one this row was read from, by its stat."""
@@ -121,7 +125,7 @@ def plan(
     for f in found:
         row = known.get(f.path)
         if row is not None:
-            if not verify and row.has_vector and row.same_state(f):
+            if not verify and row.has_vector and row.complete and row.same_state(f):
                 unchanged.append(f.path)
             else:
                 todo.append(Work(f, row))
@@ -153,7 +157,7 @@ def plan(
     changing = {w.old.id for w in todo if w.old is not None}
     donors: dict[str, int] = {}
     for row in known.values():
-        if row.has_vector and row.id not in changing:
+        if row.has_vector and row.complete and row.id not in changing:
             donors.setdefault(row.sha256, row.id)
     return Plan(
         unchanged=tuple(unchanged),
@@ -174,12 +178,13 @@ class Kind(StrEnum):
     COPY = "copy"
     SKIP = "skip"
     LATER = "later"
+    RESUME = "resume"  # the same bytes as its own row, a video whose frames are not all in
 
 
 @dataclass(frozen=True)
 class Decision:
     kind: Kind
-    # touch: own row; move: the gone row claimed; copy: the donor, or None for a copy of a
+    # touch, resume: own row; move: the gone row claimed; copy: the donor, or None for a copy of a
     # file embedded earlier in this run (its row is written with it, before this one)
     row: int | None = None
     reason: str = ""  # skip / later
@@ -205,6 +210,8 @@ def route(
     if isinstance(read, Unsettled):
         return Decision(Kind.LATER, reason=read.reason)
     old = work.old
+    if read.sha256 and old is not None and not old.complete and old.sha256 == read.sha256:
+        return Decision(Kind.RESUME, old.id)
     if read.sha256 and old is not None and old.has_vector and old.sha256 == read.sha256:
         return Decision(Kind.TOUCH, old.id)
     if read.sha256 and not read.error:

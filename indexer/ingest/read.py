@@ -12,14 +12,19 @@ with another version's hash.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare, read_error
 from wherein.indexer.ingest.walk import FoundFile
-from wherein.indexer.photometa import photo_meta_from_bytes
+from wherein.indexer.media import PHOTO, VIDEO, kind_by_content, kind_by_name
+from wherein.indexer.photometa import PhotoMeta, photo_meta_from_bytes
+from wherein.indexer.video import VideoError, probe
 from wherein.schemas.models import ImageInput
+
+_BLOCK = 1 << 20  # a video is hashed in blocks: never whole in memory
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,56 @@ def read_whole(path: str) -> tuple[bytes, int, tuple[int, int]]:
     return data, after.st_mtime_ns, (after.st_ctime_ns, after.st_ino)
 
 
+def hash_whole(path: str) -> tuple[str, int, int, tuple[int, int]]:
+    """(sha256, size, mtime_ns, (ctime_ns, inode)) of one consistent version of a file too big
+    to hold (a video), read in blocks; raises as read_whole does."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        before = os.fstat(f.fileno())
+        n = 0
+        while block := f.read(_BLOCK):
+            digest.update(block)
+            n += len(block)
+        after = os.fstat(f.fileno())
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        raise _Changed("changed while being read")
+    if n != after.st_size:
+        raise _Changed("size changed while being read")
+    if after.st_nlink == 0:
+        raise _Changed("deleted while being read")
+    return digest.hexdigest(), n, after.st_mtime_ns, (after.st_ctime_ns, after.st_ino)
+
+
+def load_video(found: FoundFile) -> Prepared | Unsettled:
+    """Hash and probe one video (runs in a decode thread). Its frames are not decoded here:
+    they are sampled in chunks once its row is committed (ingest/videos.py)."""
+    try:
+        sha256, size, mtime_ns, identity = hash_whole(found.path)
+    except FileNotFoundError:
+        return Unsettled("vanished before it was read")
+    except _Changed as exc:
+        return Unsettled(str(exc))
+    except OSError as exc:
+        return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
+    res = Prepared(size=size, mtime_ns=mtime_ns, sha256=sha256)
+    res.ctime_ns, res.inode = identity
+    try:
+        info = probe(found.path)
+    except VideoError as exc:
+        res.error = str(exc)
+        return res
+    res.width, res.height, res.video = info.width, info.height, info
+    res.photo = PhotoMeta(
+        taken=info.taken, taken_offset=info.taken_offset, lat=info.lat, lon=info.lon
+    )
+    return res
+
+
 def load_file(found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT) -> Prepared | Unsettled:
-    """Read, hash, decode and preprocess one walked file (runs in a decode thread)."""
+    """Read, hash, decode and preprocess one walked file (runs in a decode thread); a video
+    (by content: indexer/media.py) is hashed and probed only."""
+    if kind_by_name(found.path) is not PHOTO:
+        return load_video(found)
     try:
         data, mtime_ns, identity = read_whole(found.path)
     except FileNotFoundError:
@@ -67,6 +120,9 @@ def load_file(found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT) -> P
     except OSError as exc:
         # Unopenable: the walk's stat is all there is, and it is what the next run compares.
         return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
+    if kind_by_content(found.path, data[:64]) is VIDEO:  # a clip under a photo's name
+        del data
+        return load_video(found)
     prepared = prepare(data, spec, draft, mtime_ns)
     if not prepared.error:
         # From the bytes in hand: the metadata pass after the run never reopens this file.

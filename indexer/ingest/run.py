@@ -14,6 +14,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from wherein.indexer.ingest.commit import Routed, commit_batch, finish
 from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers, run_pipeline
 from wherein.indexer.ingest.plan import Kind, Known, Plan, SkipEntry, Work, plan, route
 from wherein.indexer.ingest.read import Unsettled, load_file
+from wherein.indexer.ingest.videos import FrameChunk, FrameFeed, FrameSettings, VideoJob
 from wherein.indexer.ingest.walk import WalkProblem, under_any, walk
 from wherein.indexer.models.registry import ImageEmbedder
 from wherein.indexer.photometa import fill_photos
@@ -43,6 +45,9 @@ class RunStats:
     unsettled: int = 0  # changed while being read: left for the next run
     photos: int = 0  # images whose EXIF metadata was read (new, changed, or backfilled)
     invalidated: int = 0
+    videos: int = 0  # videos whose frames were sampled to their end this run
+    frames: int = 0  # video frames embedded this run
+    damage: list[tuple[str, str]] = field(default_factory=list)  # (path, why the rest was skipped)
     seconds: float = 0.0
     interrupted: bool = False
     vectors_note: str = ""
@@ -87,6 +92,9 @@ class RunStats:
             "problems": [{"path": p.path, "reason": p.reason} for p in self.problems],
             "bad_roots": [p.path for p in self.bad_roots],
             "photo_metadata_read": self.photos,
+            "videos": self.videos,
+            "frames": self.frames,
+            "video_damage": [{"path": p, "damage": d} for p, d in self.damage],
         }
 
     def count(self, kind: Kind) -> None:
@@ -97,12 +105,17 @@ class RunStats:
             Kind.TOUCH: "touched",
             Kind.SKIP: "skipped",
             Kind.LATER: "unsettled",
+            Kind.RESUME: "embedded",
         }[kind]
         setattr(self, name, getattr(self, name) + 1)
 
 
 def known_rows(cat: Catalog, roots: Sequence[str]) -> dict[str, Known]:
-    return {path: Known(*row) for path, row in cat.known_files(roots).items()}
+    unfinished = cat.incomplete_videos(roots)
+    return {
+        path: Known(*row, complete=row[0] not in unfinished)
+        for path, row in cat.known_files(roots).items()
+    }
 
 
 def skip_entries(cat: Catalog, roots: Sequence[str]) -> dict[str, SkipEntry]:
@@ -122,19 +135,24 @@ def donor_outside(cat: Catalog, roots: Sequence[str]) -> Callable[[str], int | N
 class _Run:
     """The state of one run's pipeline: the plan, the moves claimed, the counts."""
 
-    def __init__(self, indexer: Indexer, plan: Plan, stats: RunStats, progress) -> None:
+    def __init__(
+        self, indexer: Indexer, plan: Plan, stats: RunStats, progress, pool: ThreadPoolExecutor
+    ) -> None:
         self.indexer, self.plan, self.stats, self.progress = indexer, plan, stats, progress
+        self.frames = FrameFeed(pool, indexer.tower.spec.image, indexer.frames)
         self.claimed: set[int] = set()
         # A byte-identical copy has its original's size: only files whose size another
         # file of the run shares can be one, so only their hashes are kept.
         sizes = Counter(w.found.size for w in plan.todo)
         self.shared_sizes = {size for size, n in sizes.items() if n > 1}
         self.embedding: set[str] = set()  # hashes routed to EMBED so far (shared sizes only)
+        # Videos a stopped run left unfinished whose file moved: finished where they land.
+        self.unfinished = {row.id for row in plan.gone.values() if not row.complete}
 
     def load(self, work: Work) -> Prepared | Unsettled:
         return load_file(work.found, self.indexer.tower.spec.image, self.indexer.draft)
 
-    def route(self, work: Work, read: Prepared | Unsettled) -> Step[Routed]:
+    def route(self, work: Work, read: Prepared | Unsettled) -> Step[Routed | FrameChunk]:
         d = route(work, read, self.plan, self.claimed, self.embedding)
         if d.kind is Kind.MOVE:
             self.claimed.add(d.named_row)
@@ -142,23 +160,56 @@ class _Run:
             d.kind is Kind.EMBED
             and isinstance(read, Prepared)
             and read.sha256
+            and read.video is None  # a copy of a video embedded this run is embedded again
             and work.found.size in self.shared_sizes
         ):
             self.embedding.add(read.sha256)
+        job = self._video_job(work, read, d)
         # route() embeds only a file it read (never an Unsettled one).
         pixels = (
             read.tower_pixels() if d.kind is Kind.EMBED and isinstance(read, Prepared) else None
         )
-        return Step(Routed(work, read, d), pixels)
+        return Step(Routed(work, read, d, job), pixels)
 
-    def commit(self, steps: list[Step[Routed]]) -> None:
+    def _video_job(self, work: Work, read: Prepared | Unsettled, d) -> VideoJob | None:
+        """A video to sample: new or changed (EMBED), or resumed (its stored frames kept: its
+        own row, or an unfinished one that moved here)."""
+        if not isinstance(read, Prepared) or read.video is None:
+            return None
+        resume = d.kind is Kind.RESUME or (d.kind is Kind.MOVE and d.row in self.unfinished)
+        if d.kind is not Kind.EMBED and not resume:
+            return None
+        job = VideoJob(work.found.path, read.size, read.mtime_ns)
+        if resume:
+            job.image_id = d.named_row
+            job.have = self.indexer.store.catalog.frame_times(d.named_row)
+        self.frames.start(job)
+        return job
+
+    def commit(self, steps: list[Step[Routed | FrameChunk]]) -> None:
         self.stats.photos += commit_batch(
             self.indexer.store.catalog, steps, self.indexer.tower.model_id
         )
+        files = 0
         for s in steps:
-            self.stats.count(s.item.decision.kind)
-        if self.progress:
-            self.progress(len(steps))
+            if isinstance(s.item, FrameChunk):
+                self._count_frames(s.item)
+            else:
+                self.stats.count(s.item.decision.kind)
+                files += 1
+        if self.progress and files:
+            self.progress(files)
+
+    def _count_frames(self, chunk: FrameChunk) -> None:
+        st = self.stats
+        st.frames += len(chunk.times)
+        chunk.job.embedded += len(chunk.times)
+        if chunk.error is not None:  # counted as embedded when its row went in
+            st.embedded, st.skipped = st.embedded - 1, st.skipped + 1
+        elif chunk.last:
+            st.videos += 1
+            if chunk.damage:
+                st.damage.append((chunk.job.path, chunk.damage))
 
 
 class Indexer:
@@ -171,6 +222,7 @@ class Indexer:
         commit_seconds: float = 10.0,
         commit_model_seconds: float = 2.0,
         draft: bool = JPEG_DRAFT,
+        frames: FrameSettings = FrameSettings(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         self.store = store
         self.tower = tower
@@ -179,6 +231,7 @@ class Indexer:
             every=commit_every, model_seconds=commit_model_seconds, seconds=commit_seconds
         )
         self.draft = draft
+        self.frames = frames
 
     def _prepare_model(self, stats: RunStats) -> None:
         cat = self.store.catalog
@@ -228,9 +281,20 @@ class Indexer:
         stats.unchanged, stats.skipped_known = len(p.unchanged), len(p.skipped_known)
         if on_total:
             on_total(len(p.todo))
-        r = _Run(self, p, stats, progress)
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="decode")
+        r = _Run(self, p, stats, progress, pool)
         try:
-            run_pipeline(p.todo, r.load, r.route, r.commit, self.tower, self.workers, self.policy)
+            run_pipeline(
+                p.todo,
+                r.load,
+                r.route,
+                r.commit,
+                self.tower,
+                self.workers,
+                self.policy,
+                pool=pool,
+                side=r.frames,
+            )
             stats.deleted = finish(cat, p, r.claimed)
             # What this run read went in with its rows; this reads the EXIF of rows under
             # the roots indexed before the photos table existed (headers only, no embedding).
@@ -238,6 +302,8 @@ class Indexer:
         except KeyboardInterrupt:
             stats.interrupted = True
         finally:
+            r.frames.close()
+            pool.shutdown(wait=True, cancel_futures=True)
             stats.seconds = time.perf_counter() - t0
             stats.vectors_note = self.store.ensure_vectors(persist=persist_vectors)
         return stats

@@ -1,4 +1,4 @@
-"""Find the image files under the paths a user gives."""
+"""Find the photo and video files under the paths a user gives (indexer/media.py says which)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from wherein.indexer.imaging import IMAGE_EXTENSIONS, is_image_name
+from wherein.indexer.media import KINDS, READS, MediaKind, found_kind
 
-NOT_INDEXABLE = (
-    "not a folder or an image file (wherein reads "
-    + ", ".join(sorted(e.lstrip(".") for e in IMAGE_EXTENSIONS))
-    + ")"
-)
+NOT_INDEXABLE = f"not a folder or an image file (wherein reads {READS})"
 
 
 @dataclass(frozen=True)
@@ -39,8 +35,9 @@ def walk(
     roots: Sequence[str | Path],
     include_hidden: bool = False,
     problems: list[WalkProblem] | None = None,
+    kinds: tuple[MediaKind, ...] = KINDS,
 ) -> Iterator[FoundFile]:
-    """Yield image files under roots, recursively, in a stable order.
+    """Yield media files (of these kinds) under roots, recursively, in a stable order.
 
     Hidden files and folders are skipped unless include_hidden. Symlinked folders
     are followed once: each real folder is entered at most once, so link loops end.
@@ -55,23 +52,23 @@ def walk(
             _note(problems, root, exc, root=True)
             continue
         if not os.path.isdir(root):
-            if not is_image_name(root):
+            if found_kind(root, kinds) is None:
                 if problems is not None:
                     problems.append(WalkProblem(root, NOT_INDEXABLE, ignored=True))
             elif root not in seen_files:
                 seen_files.add(root)
                 yield FoundFile(root, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
             continue
-        yield from _walk_dir(root, include_hidden, seen_dirs, seen_files, problems)
+        yield from _walk_dir(root, include_hidden, seen_dirs, seen_files, problems, kinds)
 
 
 def ignored_root(path: str | Path) -> bool:
-    """A path the user named that exists but is neither a folder nor an image file."""
+    """A path the user named that exists but is neither a folder nor a media file."""
     p = os.path.expanduser(str(path))
-    return os.path.exists(p) and not os.path.isdir(p) and not is_image_name(p)
+    return os.path.exists(p) and not os.path.isdir(p) and found_kind(p) is None
 
 
-def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[FoundFile]:
+def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems, kinds) -> Iterator[FoundFile]:
     stack = [top]
     while stack:
         d = stack.pop()
@@ -97,7 +94,7 @@ def _walk_dir(top, include_hidden, seen_dirs, seen_files, problems) -> Iterator[
             try:
                 if e.is_dir(follow_symlinks=True):
                     subdirs.append(e.path)
-                elif e.is_file(follow_symlinks=True) and is_image_name(e.name):
+                elif e.is_file(follow_symlinks=True) and found_kind(e.path, kinds):
                     if e.path in seen_files:
                         continue
                     seen_files.add(e.path)

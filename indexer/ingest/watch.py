@@ -16,7 +16,7 @@ it waits for that one (up to ``Settler.hold``), so a rename into another folder 
 deletion there, an addition here) is applied in one batch, as a move.
 
 Folders: a path that is a folder now (a folder moved or copied in) is walked
-whole. A deleted path that is not an image name costs a walk of its parent
+whole. A deleted path that is not a media name costs a walk of its parent
 only when it was a folder (``Folders`` keeps the set of folders under the
 roots current from the same events), so a deleted temporary file costs nothing.
 """
@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wherein.indexer.imaging import is_image_name
 from wherein.indexer.ingest.walk import under_any
+from wherein.indexer.media import is_media_path
 
 if TYPE_CHECKING:
     from wherein.indexer.ingest.run import Indexer, RunStats
@@ -114,10 +114,10 @@ def folders_to_walk(
     for path in paths:
         if os.path.isdir(path):
             target = path
-        elif is_image_name(path):
+        elif is_media_path(path):
             target = os.path.dirname(path)
         elif os.path.lexists(path):
-            continue  # a file that is not an image: nothing to index
+            continue  # a file that is not a photo or a video: nothing to index
         elif is_known_folder(path):
             target = os.path.dirname(path)  # a deleted folder that held indexed images
         else:

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from wherein.indexer.imaging import is_image_name
 from wherein.indexer.ingest.walk import WalkProblem, walk
+from wherein.indexer.media import PHOTO, MediaKind, kind_by_name
 from wherein.schemas.errors import WhereinError
 
 TAR_SEP = "#"  # "/data/shard-0001.tar#000123.jpg"
 LIST_COLUMNS = ("uri", "url", "path", "file", "filename")
+# The shards hold photos only so far: a video's frames are not items of `embed` yet.
+KINDS: tuple[MediaKind, ...] = (PHOTO,)
 
 
 class SourceError(WhereinError):
@@ -48,7 +50,7 @@ def list_items(sources: list[str], problems: list[WalkProblem] | None = None) ->
     for src in sources:
         path = local_path(src)
         if path is not None and os.path.isdir(path):
-            items.update(Item(f.path) for f in walk([path], problems=problems))
+            items.update(Item(f.path) for f in walk([path], problems=problems, kinds=KINDS))
         elif path is not None and _is_tar(path):
             items.update(tar_items(path))
         elif src.endswith((".txt", ".lst")) or src.endswith(".parquet"):
@@ -72,7 +74,7 @@ def tar_items(path: str) -> list[Item]:
             return [
                 Item(f"{path}{TAR_SEP}{m.name}", m.offset_data, m.size)
                 for m in tf
-                if m.isfile() and is_image_name(m.name)
+                if m.isfile() and kind_by_name(m.name) in KINDS
             ]
     except (tarfile.TarError, OSError) as exc:
         raise SourceError(

@@ -12,7 +12,7 @@ here, never the other way round.
 
 The methods live by table, one module each: files.py (images), items.py (items and
 embeddings), skips.py, labels.py, photos.py (and a hit's row), meta.py, integrity.py,
-vector_rows.py (the vectors.f16 lifecycle and transaction()), beside connection.py
+vector_rows.py (the vectors.f16 lifecycle and transaction()), videos.py, beside connection.py
 (opening, refusing, naming damage) and salvage.py. Each is a mixin over base.py's
 CatalogBase, and Catalog below joins them and opens the connection. Mixins rather than
 composed parts: callers keep one object with the same methods (a part per table would

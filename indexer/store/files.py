@@ -100,12 +100,12 @@ class FilesTable(VectorFileRows):
         return [_path(p) for (p,) in rows]
 
     def exact_duplicate_groups(self) -> list[list[int]]:
-        """Item ids of the 'image' items of files with the same content hash, a group per
-        hash (ids ascending)."""
+        """File ids of the files with the same content hash that yield items, a group per hash
+        (ids ascending). A photo's file id is its one item's id; a video's names the file."""
         rows = self._conn.execute(
-            "SELECT i.sha256, it.id FROM images i JOIN items it ON it.image_id = i.id "
-            "WHERE it.kind = 'image' AND i.sha256 IN (SELECT sha256 FROM images "
-            "GROUP BY sha256 HAVING count(*) > 1) ORDER BY i.sha256, it.id"
+            "SELECT i.sha256, i.id FROM images i WHERE i.sha256 IN (SELECT sha256 FROM images "
+            "GROUP BY sha256 HAVING count(*) > 1) AND EXISTS (SELECT 1 FROM items it "
+            "WHERE it.image_id = i.id) ORDER BY i.sha256, i.id"
         )
         groups: dict[str, list[int]] = {}
         for sha, image_id in rows:

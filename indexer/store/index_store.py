@@ -60,6 +60,7 @@ class CheckReport:
     problems: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     to_repair: list[str] = field(default_factory=list)  # derived files a --repair would save
+    notes: list[str] = field(default_factory=list)  # sound, yet worth saying (a video half done)
     damaged: bool = False  # the catalog itself: nothing more could be checked (or counted)
 
     def fail(self, msg: str) -> None:
@@ -233,9 +234,20 @@ class IndexStore:
             lost = cat.orphan_items()
             if lost:
                 rep.fail(f"{lost} items without a file row")
-            bare = cat.files_without_items()
+            empty, strays, waiting = cat.video_problems()
+            bare = cat.files_without_items() - waiting  # a video whose frames are to come
             if bare:
                 rep.fail(f"{bare} files in the catalog yield no item")
+            if empty:
+                rep.fail(f"{empty} videos marked complete have no frames")
+            if strays:
+                rep.fail(f"{strays} frame items belong to files that are not videos")
+            incomplete = cat.video_counts()["incomplete"]
+            if incomplete:
+                rep.notes.append(
+                    f"{incomplete} videos not indexed to their end (a run stopped mid-video): "
+                    "this finishes on the next index run over them"
+                )
         dim = int(cat.get_meta("dim", 0) or 0)
         bad_dim = cat.misshapen_embeddings(dim)
         if cat.count_embedded() and bad_dim:

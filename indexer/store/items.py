@@ -32,10 +32,43 @@ class ItemsTable(FilesTable):
             0
         ]
 
-    def embedded_ids(self) -> np.ndarray:
-        """Ids of the items with a vector, ascending (what FAISS must hold)."""
-        rows = self._conn.execute("SELECT item_id FROM embeddings ORDER BY item_id").fetchall()
+    def embedded_ids(self, kind: str | None = None) -> np.ndarray:
+        """Ids of the items with a vector, ascending (what FAISS must hold); with kind
+        ('image', 'frame'), only the items of that kind."""
+        if kind is None:
+            rows = self._conn.execute("SELECT item_id FROM embeddings ORDER BY item_id").fetchall()
+        else:
+            rows = self._conn.execute(
+                "SELECT e.item_id FROM embeddings e JOIN items it ON it.id = e.item_id "
+                "WHERE it.kind = ? ORDER BY e.item_id",
+                (kind,),
+            ).fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def item_files(self, ids: Iterable[int]) -> dict[int, int]:
+        """item id -> its file's id, for the item ids in the catalog."""
+        out: dict[int, int] = {}
+        for chunk in _chunks(ids):
+            rows = self._conn.execute(
+                f"SELECT id, image_id FROM items WHERE id IN ({_marks(chunk)})", chunk
+            )
+            out.update((int(i), int(f)) for i, f in rows)
+        return out
+
+    def embedded_frames(self, file_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
+        """file id -> (item id, t) of its embedded 'frame' items, by time (then id); files
+        without one are left out."""
+        out: dict[int, list[tuple[int, float]]] = {}
+        for chunk in _chunks(file_ids):
+            rows = self._conn.execute(
+                "SELECT it.image_id, it.id, it.t FROM items it JOIN embeddings e ON "
+                f"e.item_id = it.id WHERE it.kind = 'frame' AND it.image_id IN ({_marks(chunk)}) "
+                "ORDER BY it.image_id, it.t, it.id",
+                chunk,
+            )
+            for file_id, item_id, t in rows:
+                out.setdefault(int(file_id), []).append((int(item_id), float(t or 0.0)))
+        return out
 
     def embedded_paths(self, under: Sequence[str] | None = None) -> list[tuple[int, str]]:
         """(item id, path of its file) of every embedded item; with ``under`` (absolute
@@ -97,14 +130,15 @@ class ItemsTable(FilesTable):
         self,
         record: dict,
         vector: np.ndarray | None,
-        items: Sequence[tuple[str, float | None, Sequence[float] | None, np.ndarray | None]] = (),
+        items: Sequence[tuple[str, float | None, Sequence[float] | None, np.ndarray | None]]
+        | None = None,
     ) -> int:
         """A new file row (record: path, size, mtime_ns, sha256, width, height, format,
         indexed_at, model_id, and optionally ctime_ns, inode), its one 'image' item and that
         item's embedding (vector; None: not embedded yet); clears a skip of that path.
         Returns the id (the file's and its first item's). items, when given, are what the
         file yields instead of the one whole image: (kind, t, box or None, vector) each, ids
-        in that order."""
+        in that order (empty: none yet, a video's frames come later)."""
         key = _key(record["path"])
         image_id = self.next_image_id()
         self._conn.execute(
@@ -113,7 +147,7 @@ class ItemsTable(FilesTable):
             ":sha256, :width, :height, :format, :indexed_at, :model_id, :ctime_ns, :inode)",
             {"ctime_ns": None, "inode": None, **record, "key": key, "id": image_id},
         )
-        located = list(items) or [("image", None, None, vector)]  # a photo
+        located = list(items) if items is not None else [("image", None, None, vector)]
         for n, (kind, t, box, vec) in enumerate(located):
             item_id = image_id + n  # next_image_id: no id at or past image_id was ever used
             x0, y0, x1, y1 = box if box is not None else (None, None, None, None)

@@ -220,7 +220,34 @@ def m005_items(db: sqlite_utils.Database) -> None:
     _set_version(db, 5)
 
 
-SCHEMA_VERSION = 5  # the number of the last step above
+# A video is a file whose items are frames ('frame' items at t seconds); this is what the
+# file is as a video. complete = 0 while its frames are still being committed (a run stopped
+# mid-video: the next one samples it again and embeds the frames whose t is not stored yet);
+# damage: why the stream's rest was skipped (frames before it are kept). Taken time and GPS
+# go in photos, as for a photo, so the photo filters find videos unchanged.
+_VIDEOS = """
+CREATE TABLE IF NOT EXISTS videos (
+    image_id INTEGER PRIMARY KEY REFERENCES images(id) ON DELETE CASCADE,
+    duration REAL,         -- seconds
+    fps REAL,              -- average frame rate
+    codec TEXT,
+    rotation INTEGER,      -- degrees a player turns the stored frames (0/90/180/270)
+    frames INTEGER,        -- frame items stored
+    complete INTEGER NOT NULL DEFAULT 0,
+    damage TEXT
+)
+"""
+
+
+@MIGRATIONS()
+def m006_videos(db: sqlite_utils.Database) -> None:
+    """The videos table. Empty at first: no earlier release indexed videos, so nothing moves
+    and nothing is re-embedded."""
+    db.execute(_VIDEOS)
+    _set_version(db, 6)
+
+
+SCHEMA_VERSION = 6  # the number of the last step above
 
 
 def pending(db: sqlite_utils.Database) -> list[str]:
@@ -231,6 +258,11 @@ def pending(db: sqlite_utils.Database) -> list[str]:
 def has_items(db: sqlite_utils.Database) -> bool:
     """Whether files yield items (m004 applied) rather than one image row being one vector."""
     return m005_items.__name__ not in pending(db)
+
+
+def has_videos(db: sqlite_utils.Database) -> bool:
+    """Whether the videos table exists (m006 applied): a read-only older catalog has none."""
+    return m006_videos.__name__ not in pending(db)
 
 
 def paths_are_bytes(db: sqlite_utils.Database) -> bool:

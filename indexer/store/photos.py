@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from wherein.indexer.store.base import _chunks, _marks, _path
-from wherein.indexer.store.items import ItemsTable
+from wherein.indexer.store.videos import VideosTable
 
 # What an item adds to its file's row in hit_rows: its id, kind and locator (box: x0..y1).
 _ITEM_COLUMNS = ("item_id", "kind", "t", "box")
@@ -28,7 +28,7 @@ _TAKEN = (
 )
 
 
-class PhotosTable(ItemsTable):
+class PhotosTable(VideosTable):
     def has_photos(self) -> bool:
         """Whether the photos table exists (a read-only catalog of an older release lacks it)."""
         return self._db["photos"].exists()
@@ -65,8 +65,9 @@ class PhotosTable(ItemsTable):
     def hit_rows(self, ids: Iterable[int]) -> dict[int, dict]:
         """item id -> its file's row (as rows_by_ids gives it: ``id`` is the file's id) plus
         the item (item_id, kind, t, box: [x0, y0, x1, y1] or None) and the photo columns
-        (taken, taken_offset, make, model, lens, lat, lon; None where unknown): what a search
-        hit shows. Item ids not in the catalog are left out."""
+        (taken, taken_offset, make, model, lens, lat, lon; None where unknown) and the
+        video's duration (None for a photo): what a search hit shows. Item ids not in the
+        catalog are left out."""
         items: dict[int, tuple] = {}
         for chunk in _chunks(ids):
             for r in self._conn.execute(
@@ -86,6 +87,9 @@ class PhotosTable(ItemsTable):
                     chunk,
                 ):
                     files[r[0]].update(zip(_PHOTO_HIT_COLUMNS, r[1:], strict=True))
+        videos = self.video_rows(files)
+        for file_id, row in files.items():
+            row["duration"] = videos[file_id]["duration"] if file_id in videos else None
         out: dict[int, dict] = {}
         for item_id, (_, file_id, kind, t, *box) in items.items():
             if file_id in files:

@@ -6,7 +6,7 @@ describes it, and /api/status adds the web app's caches to the same object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wherein.indexer.store.index_store import IndexStore
@@ -31,6 +31,10 @@ class IndexStatus:
     vectors_current: bool
     disk_bytes: dict[str, int]
     vector_file: dict | None  # vectors.f16: apparent vs allocated size, dead bytes
+    videos: int = 0  # files that are videos
+    frames: int = 0  # their frame items
+    videos_incomplete: int = 0  # a run stopped mid-video: the next index run finishes them
+    video_damage: list[dict[str, str]] = field(default_factory=list)  # {"path", "damage"}
     models: dict | None = None  # models_report(): would these models keep the vectors?
     check: dict | None = None  # {"ok", "problems", "repaired"} after `status --check`
 
@@ -56,6 +60,10 @@ class IndexStatus:
             "disk_bytes": self.disk_bytes,
             "vector_file": self.vector_file,
             "disk_total_bytes": sum(self.disk_bytes.values()),
+            "videos": self.videos,
+            "frames": self.frames,
+            "videos_incomplete": self.videos_incomplete,
+            "video_damage": self.video_damage,
         }
         if self.models is not None:
             out["models"] = self.models
@@ -77,6 +85,7 @@ def index_status(store: IndexStore) -> IndexStatus:
             "model_id"
         )
     dim = cat.get_meta("dim")
+    videos = cat.video_counts()
     return IndexStatus(
         index=str(store.dir),
         images=cat.count_embedded(),
@@ -95,6 +104,10 @@ def index_status(store: IndexStore) -> IndexStatus:
         vectors_current=current,
         disk_bytes=store.disk_usage(),
         vector_file=cat.vector_file_usage(),
+        videos=videos["videos"],
+        frames=videos["frames"],
+        videos_incomplete=videos["incomplete"],
+        video_damage=[{"path": p, "damage": d} for p, d in cat.video_damage()],
     )
 
 

@@ -1,7 +1,8 @@
 """Resized JPEGs of indexed images (grid thumbnails, detail previews), made once and kept on disk.
 
 INDEX/cache/thumbs/<id>-<sha256[:16]>.jpg: keyed by the indexed content, so a
-file that changes and is re-indexed gets a new entry (old ones are just unused).
+file that changes and is re-indexed gets a new entry (old ones are just unused); a
+video's frame is <id>-<sha256[:16]>-t<ms>.jpg, one per moment shown.
 Entries are written to a temporary name and renamed, so a reader never sees a
 half-written JPEG. A kept entry is served only while the photo is still the indexed
 content (files.check_current: one stat); ``forget`` drops an image's entries. When the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import io
 import threading
+from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import suppress
 from pathlib import Path
@@ -32,11 +34,14 @@ class ResizedCache:
         max_side: int,
         quality: int = 82,
         pool: Executor | None = None,
+        frames: Callable[[IndexedFile], Image.Image] | None = None,
     ) -> None:
         """pool: the few threads that read and decode photos (a 12-MP photo is ~36 MB
         decoded: 32 request threads at once would hold a gigabyte, and malloc keeps freed
-        heap per thread); shared by the thumbnail and preview caches. None: the caller's."""
+        heap per thread); shared by the thumbnail and preview caches. None: the caller's.
+        frames: how a video's frame (an IndexedFile with a time) is read; None: no videos."""
         self.dir = directory
+        self.frames = frames
         self.max_side = max_side
         self.quality = quality
         self.pool = pool
@@ -55,10 +60,8 @@ class ResizedCache:
             if path is not None and path.is_file():
                 check_current(f)
                 return path, True
-            if self.pool is None:
-                data = self.render(read_verified(f))
-            else:
-                data = self.pool.submit(lambda: self.render(read_verified(f))).result()
+            pool = self.pool
+            data = self._make(f) if pool is None else pool.submit(self._make, f).result()
             if path is None:
                 return data, False
             try:
@@ -77,11 +80,20 @@ class ResizedCache:
                 with suppress(FileNotFoundError):
                     path.unlink()
 
-    def render(self, data: bytes) -> bytes:
-        try:
-            img, _ = decode(data, draft_size=self.max_side)
-        except DecodeError as exc:
-            raise FileChanged(f"the indexed file no longer decodes ({exc})") from None
+    def _make(self, f: IndexedFile) -> bytes:
+        if f.time is not None and self.frames is not None:
+            return self.render(self.frames(f))
+        return self.render(read_verified(f))
+
+    def render(self, data: bytes | Image.Image) -> bytes:
+        """The resized JPEG of an image file's bytes, or of a decoded image (a video's frame)."""
+        if isinstance(data, Image.Image):
+            img = data
+        else:
+            try:
+                img, _ = decode(data, draft_size=self.max_side)
+            except DecodeError as exc:
+                raise FileChanged(f"the indexed file no longer decodes ({exc})") from None
         img.thumbnail((self.max_side, self.max_side), Image.Resampling.LANCZOS)
         buf = io.BytesIO()
         img.save(buf, "JPEG", quality=self.quality, optimize=True)

@@ -18,6 +18,7 @@ from wherein.search.cli.options import (
     format_options,
     friendly_errors,
     index_option,
+    kind_options,
     models_option,
     progress,
     raw_option,
@@ -113,6 +114,7 @@ def _path(h) -> str:
 )
 @top_option(None, "At most N images (the most likely) [default: all of them].", "--max")
 @filter_options
+@kind_options
 @raw_option
 @click.option(
     "--copy-to",
@@ -165,6 +167,8 @@ def select(
     taken,
     camera,
     near,
+    kind,
+    frames,
     raw,
     copy_to,
     link_to,
@@ -211,6 +215,8 @@ def select(
         taken=taken,
         camera=camera,
         near=near,
+        kind=kind,
+        frames=frames,
         raw=raw,
         copy_to=copy_to,
         link_to=link_to,

@@ -47,9 +47,30 @@ def register(cli: click.Group) -> None:
     "one, reusing the vectors of unchanged files it can still read; implies --verify.",
 )
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="Decode threads.")
-@click.option("--threads", type=click.IntRange(1, 64), default=None, help="Model threads.")
+@click.option(
+    "--threads",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Model threads in all [default: one per core, run as up to 4 side-by-side interpreters].",
+)
 @click.option(
     "--no-draft", is_flag=True, help="Decode JPEGs at full size (slower, same result within noise)."
+)
+@click.option(
+    "--frame-every",
+    type=click.FloatRange(0.1, 3600),
+    default=2.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Videos: sample a frame at least this often (and at scene cuts).",
+)
+@click.option(
+    "--max-frames",
+    type=click.IntRange(1, 100_000),
+    default=600,
+    show_default=True,
+    help="Videos: at most this many frames per video (a long one is sampled more sparsely, "
+    "over its whole length).",
 )
 @quiet_option
 @click.option(
@@ -84,13 +105,15 @@ def index(
     workers,
     threads,
     no_draft,
+    frame_every,
+    max_frames,
     quiet,
     wait,
     watch,
     settle,
     fmt,
 ):
-    """Index the images under PATHS (incremental: re-run any time).
+    """Index the photos and videos under PATHS (incremental: re-run any time).
 
     \b
       wherein index ~/Photos
@@ -110,6 +133,8 @@ def index(
         workers=workers,
         threads=threads,
         draft=not no_draft,
+        frame_every=frame_every,
+        max_frames=max_frames,
         wait=wait,
     )
     bar = progress(quiet, fmt)
@@ -167,8 +192,13 @@ def _summary(stats, total: int) -> str:
     counts = stats.file_counts()
     parts = [f"{n} {_COUNT_WORDS[k]}" for k, n in counts.items() if n or k == "embedded"]
     gone = f"; {stats.deleted} removed (gone from disk)" if stats.deleted else ""
+    videos = (
+        f"; {stats.videos} videos sampled ({stats.frames} frames embedded)"
+        if stats.videos or stats.frames
+        else ""
+    )
     return (
-        f"{stats.seen} files: {', '.join(parts)}{gone}; {total} images in the index "
+        f"{stats.seen} files: {', '.join(parts)}{gone}{videos}; {total} images in the index "
         f"({stats.images_per_second:.1f} images/s)"
     )
 
@@ -184,6 +214,8 @@ def _report(result, fmt: str | None) -> None:
         for p in stats.problems:
             if not p.root and not p.ignored:  # those are the lines below
                 click.echo(f"  could not read {p.path}: {p.reason}", err=True)
+        for path, damage in stats.damage:
+            click.echo(f"  damaged video {path}: {damage}", err=True)
         if stats.skipped:
             click.echo("  see `wherein status` for skipped files and reasons")
     if stats.interrupted:
@@ -268,6 +300,18 @@ def status(index_dir, models_dir, check, repair, fmt):
                 f"{human_bytes(vf['allocated_bytes'])} allocated "
                 f"(about {human_bytes(vf['dead_bytes'])} in dead rows)"
             )
+        if info["videos"]:
+            click.echo(
+                f"videos     {info['videos']} ({info['frames']} frames"
+                + (
+                    f", {info['videos_incomplete']} not finished"
+                    if info["videos_incomplete"]
+                    else ""
+                )
+                + ")"
+            )
+            for v in info["video_damage"]:
+                click.echo(f"  damaged {v['path']}: {v['damage']}")
         click.echo(f"skipped    {info['skipped_count']}")
         for s in info["skipped"]:
             click.echo(f"  {s['path']}: {s['reason']}")
@@ -276,6 +320,8 @@ def status(index_dir, models_dir, check, repair, fmt):
                 click.echo(f"repaired   {r}")
             for r in report.to_repair:
                 click.echo(f"to repair  {r}")
+            for r in report.notes:
+                click.echo(f"note       {r}")
             for p in report.problems:
                 click.echo(f"PROBLEM    {p}", err=True)
             click.echo("check      " + ("ok" if report.ok else "FAILED"))

@@ -27,13 +27,18 @@ from wherein.schemas.errors import (
     is_damage,
     storage_error,
 )
+from wherein.schemas.records import HIT_KINDS
 from wherein.search.export import formats as export_formats  # light: no numpy/pyarrow
 from wherein.search.query import SORT_KEYS
 from wherein.search.service.engine import ENGINES, Engine
 from wherein.search.service.export import export_keep
 
+# What --kind chooses between: what a hit's kind says ("photo", "video").
+KINDS = tuple(dict.fromkeys(HIT_KINDS.values()))
+
 __all__ = [
     "FORMAT_HELP",
+    "KINDS",
     "SORT_KEYS",
     "Progress",
     "check_export_options",
@@ -47,6 +52,7 @@ __all__ = [
     "friendly_errors",
     "index_option",
     "json_option",
+    "kind_options",
     "models_option",
     "progress",
     "quiet_option",
@@ -251,6 +257,23 @@ def filter_options(f: Callable) -> Callable:
         multiple=True,
         type=click.Path(file_okay=False, path_type=Path),
         help="Only images below this folder (repeatable: any of them).",
+    )(f)
+
+
+def kind_options(f: Callable) -> Callable:
+    """``--kind photo|video`` (before the top-k cut, like the filters) and ``--frames`` (a
+    video's frames as rows of their own instead of one row per video)."""
+    f = click.option(
+        "--frames",
+        is_flag=True,
+        help="A video's matching frames as rows of their own (-k counts frames) instead of one "
+        "row per video with its best frame's time and its moments.",
+    )(f)
+    return click.option(
+        "--kind",
+        type=click.Choice(KINDS),
+        default=None,
+        help="Only photos, or only videos [default: both].",
     )(f)
 
 

@@ -10,12 +10,12 @@ import click
 from wherein.search.cli.options import (
     SORT_KEYS,
     check_export_options,
-    export_keep,
     export_options,
     filter_options,
     format_options,
     friendly_errors,
     index_option,
+    kind_options,
     models_option,
     raw_option,
     standin_banner,
@@ -64,6 +64,7 @@ def register(cli: click.Group) -> None:
     "--unlike", "unlike", multiple=True, metavar="PHOTO[:W]", help="Subtract an image (repeatable)."
 )
 @filter_options
+@kind_options
 @click.option(
     "--sort",
     type=click.Choice(SORT_KEYS),
@@ -123,6 +124,8 @@ def search(
     taken,
     camera,
     near,
+    kind,
+    frames,
     sort,
     reverse,
     raw,
@@ -147,10 +150,18 @@ def search(
       wherein search dog --min-probability 0.3 --under ~/Photos --sort date --json
       wherein search dog -p 0.5 --mask --export dogs.coco.json
       wherein search beach --taken 2024-06..2024-08 --near 43.7,7.26,20 --sort taken
+      wherein search "a dog" --kind video         (one hit per video: the time, the moments)
     """
     from wherein.indexer import paths as P
     from wherein.search import output
-    from wherein.search.api import MODEL_TEMPLATE, Query, add_masks, open_index
+    from wherein.search.api import MODEL_TEMPLATE, Query, open_index
+    from wherein.search.service.search import (
+        DEFAULT_MASK_DIR,
+        ExportRequest,
+        MaskRequest,
+        SearchRequest,
+    )
+    from wherein.search.service.search import search as run_search
 
     q = Query.build(list(query), add=add, subtract=subtract, like=like, unlike=unlike)
     q.validate()
@@ -159,53 +170,39 @@ def search(
     check_export_options(export_path, export_fmt, mask, index_dir, photos)
     if category_from_labels and not (mask and export_path):
         raise click.UsageError("--category-from-labels only applies with --mask --export")
+    if not mask and (mask_prompt or out_dir or min_mask_area is not None):
+        raise click.UsageError("--mask-prompt, --out and --min-mask-area only apply with --mask")
+    request = SearchRequest(
+        q,
+        k=k,
+        min_probability=min_probability,
+        min_score=min_score,
+        under=list(under),
+        glob=list(glob),
+        taken=taken,
+        camera=camera,
+        near=near,
+        kind=kind,
+        frames=frames,
+        sort=sort,
+        reverse=reverse,
+        mask=MaskRequest(
+            mask_prompt, out_dir or DEFAULT_MASK_DIR, min_mask_area, full_size_overlays
+        )
+        if mask
+        else None,
+        export=ExportRequest(export_path, export_fmt, category_from_labels)
+        if export_path is not None
+        else None,
+    )
     with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
         standin_banner(searcher.models)
-        hits = searcher.search(
-            q,
-            k=k,
-            min_probability=min_probability,
-            min_score=min_score,
-            under=list(under),
-            glob=list(glob),
-            sort=sort,
-            reverse=reverse,
-            taken=taken,
-            camera=camera,
-            near=near,
-        )
-        models_root, index_path = searcher.models.root, searcher.store.dir
-        for warning in searcher.last_warnings:
-            click.echo(f"warning: {warning}", err=True)
-        labels = None
-        if category_from_labels:
-            from wherein.search.export.labels import best_labels
-
-            labels = best_labels(searcher.store.catalog, [h.id for h in hits])
-    prompt = None
-    if mask:
-        prompt = q.mask_prompt(mask_prompt)
-        if not prompt:
-            raise click.UsageError(
-                "--mask needs a text term or --mask-prompt to know what to segment"
-            )
-        hits = add_masks(
-            hits,
-            prompt,
-            out_dir or Path("wherein-masks"),
-            models_root,
-            min_mask_area,
-            full_size_overlays=full_size_overlays,
-            index_dir=index_path,
-        )
-    elif mask_prompt or out_dir or min_mask_area is not None:
-        raise click.UsageError("--mask-prompt, --out and --min-mask-area only apply with --mask")
+        result = run_search(searcher, request)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    hits = result.hits
     to_stdout = str(export_path) == "-"
     if export_path is not None:
-        from wherein.search.export.hits import write_export
-
-        keep = export_keep(index_dir, photos)
-        write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels, keep=keep)
         where = "standard output" if to_stdout else export_path
         click.echo(f"exported {len(hits)} hit(s) to {where}", err=True)
     if to_stdout:  # the export is what stdout holds

@@ -23,6 +23,10 @@ Default threshold, by the index's embedding space:
 Keeper of a group (the one to keep): a file that still exists, then the largest
 resolution (width x height), then the largest file, then the oldest (earliest
 mtime), then the path in sort order.
+
+Videos (files whose items are frames) group with videos only, by their frames aligned in
+time: see video_dupes.py. Their candidate pairs come from the same range search (a frame
+of one at the threshold of a frame of another); a photo never groups with a video.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from wherein.indexer.models.modeldir import is_standin_space
 from wherein.indexer.normalize import unit_rows
 from wherein.schemas.errors import UsageError
 from wherein.schemas.records import Hit
+from wherein.search.curate import video_dupes as VD
 from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, tie_key
 
 REAL_THRESHOLD = 0.95
@@ -96,19 +101,28 @@ def find_duplicates(
         threshold = default_threshold(cat.get_meta("space"))
     if threshold is not None and not -1.0 <= threshold <= 1.0:
         raise UsageError("--threshold is a cosine: between -1 and 1")
-    uf = UnionFind()
+    frames = VD.Frames(cat)
+    uf, videos = UnionFind(), UnionFind()  # photos by item id, videos by file id
     for ids in cat.exact_duplicate_groups():
-        for other in ids[1:]:
-            uf.union(ids[0], other)
+        for kind in (videos, uf):
+            same = [i for i in ids if frames.is_video(i) == (kind is videos)]
+            for other in same[1:]:
+                kind.union(same[0], other)
     pairs: dict[tuple[int, int], float] = {}
+    video_pairs: dict[tuple[int, int], float] = {}
     if not exact_only:
         assert threshold is not None  # set to the space's default above
         store.ensure_vectors(persist=False)
-        pairs = _near_pairs(store, float(threshold), batch)
+        pairs, candidates = _near_pairs(store, float(threshold), batch, frames)
+        video_pairs = VD.verified_pairs(frames, candidates, float(threshold), THRESHOLD_SLACK)
         for a, b in pairs:
             uf.union(a, b)
+        for a, b in video_pairs:
+            videos.union(a, b)
     report = DupeReport([], None if exact_only else threshold, pairs=pairs)
     groups = [_describe(cat, g, pairs) for g in uf.groups()]
+    groups += [_describe_videos(cat, frames, g, video_pairs) for g in videos.groups()]
+    groups = [g for g in groups if len(g) > 1]  # members whose rows went are left out
     groups.sort(key=lambda g: (-len(g), g[0][0]["path"]))
     for number, members in enumerate(groups, 1):
         report.groups += 1
@@ -134,28 +148,45 @@ def find_duplicates(
     return report
 
 
-def _near_pairs(store, threshold: float, batch: int) -> dict[tuple[int, int], float]:
-    """(a, b) with a < b -> exact cosine, for every pair at or above threshold."""
+def _near_pairs(
+    store, threshold: float, batch: int, frames: VD.Frames
+) -> tuple[dict[tuple[int, int], float], set[tuple[int, int]]]:
+    """(photo pairs, video candidates): (a, b) with a < b -> exact cosine, for every pair of
+    photo items at or above threshold; and the pairs of videos (file ids) with a frame each
+    that close, for video_dupes to verify. Frames and photos never pair."""
     index = store.vectors.index
     if index is None or index.ntotal < 2:
-        return {}
+        return {}, set()
     choice = store.vectors.choice
     approx = choice is not None and choice.kind != "flat"
     # The cut below is on threshold - THRESHOLD_SLACK; FAISS's float32 scores are off by
     # ~1e-7 (flat) or ~1e-3 (SQ8): ask it for a little more.
     radius = threshold - (_APPROX_MARGIN if approx else 2 * THRESHOLD_SLACK)
     pairs: dict[tuple[int, int], float] = {}
+    candidates: set[tuple[int, int]] = set()
     for ids, vecs in store.catalog.iter_vectors(batch):
         lims, scores, found = index.range_search(unit_rows(vecs), radius)
+        query_frame = np.zeros(len(ids), bool)
+        photo_found = np.ones(len(found), bool)
+        if frames:
+            candidates.update(VD.candidate_pairs(frames, ids, found, lims))
+            query_frame, photo_found = frames.is_frame(ids), ~frames.is_frame(found)
         for q, a in enumerate(ids.tolist()):
             lo, hi = int(lims[q]), int(lims[q + 1])
-            for b, s in zip(found[lo:hi].tolist(), scores[lo:hi].tolist(), strict=True):
-                if b != a:
+            if query_frame[q]:
+                continue
+            for b, s, photo in zip(
+                found[lo:hi].tolist(),
+                scores[lo:hi].tolist(),
+                photo_found[lo:hi].tolist(),
+                strict=True,
+            ):
+                if b != a and photo:
                     key = (a, b) if a < b else (b, a)
                     pairs[key] = max(pairs.get(key, -2.0), float(s))
     if approx and pairs:
         pairs = _rescore(store.catalog, pairs)
-    return {k: v for k, v in pairs.items() if v >= threshold - THRESHOLD_SLACK}
+    return {k: v for k, v in pairs.items() if v >= threshold - THRESHOLD_SLACK}, candidates
 
 
 def _rescore(cat, pairs: dict[tuple[int, int], float]) -> dict[tuple[int, int], float]:
@@ -214,5 +245,32 @@ def _describe(
             out.append((r, best, "near"))
     # Equal cosines (to SCORE_DECIMALS) by id: last-bit differences between CPUs must not
     # reorder a group.
+    out.sort(key=lambda t: (t[2] != "keeper", -float(tie_key(t[1])), t[0]["id"]))
+    return out
+
+
+def _describe_videos(
+    cat, frames: VD.Frames, files: list[int], pairs: dict[tuple[int, int], float]
+) -> list[tuple[dict, float, str]]:
+    """_describe for a group of videos: the score is each one's similarity with the keeper
+    (video_dupes.similarity); a hit names the video's first frame."""
+    item_of = {f: frames.first_item(f) for f in files}
+    rows = cat.hit_rows(item_of.values())
+    present = [rows[item_of[f]] for f in files if item_of[f] in rows]
+    if not present:
+        return []
+    keeper = min(present, key=lambda r: _keeper_key(r, os.path.exists(r["path"])))
+    kclip = frames.clip(keeper["id"])
+    out = []
+    for r in present:
+        if r["id"] == keeper["id"]:
+            out.append((r, 1.0, "keeper"))
+        elif r["sha256"] == keeper["sha256"]:
+            out.append((r, 1.0, "exact"))
+        else:
+            score = VD.similarity(frames.clip(r["id"]), kclip) if len(kclip.times) else None
+            if score is None:  # a chain's far end (or the keeper's frames are pending)
+                score = max((s for p, s in pairs.items() if r["id"] in p), default=0.0)
+            out.append((r, score, "near"))
     out.sort(key=lambda t: (t[2] != "keeper", -float(tie_key(t[1])), t[0]["id"]))
     return out

@@ -12,6 +12,10 @@ Results go to the catalog's labels (Catalog.store_labels), one row per (image,
 label, template, model_id): re-running replaces the rows, and rows go with their
 image when the indexer drops it. ``model_id`` is the index's image model, so
 labels from an older model are not mistaken for current ones.
+
+Labels are per file: a video's frames are items of one file, so its probability for a label
+is the best of its frames' (``per_file``), and its row names the frame where its most likely
+label is likeliest (its time is the hit's).
 """
 
 from __future__ import annotations
@@ -105,8 +109,40 @@ def compute_labels(searcher, labels: Sequence[str], template: str, batch: int = 
     all_ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     cos = np.concatenate(cosines) if cosines else np.zeros((0, len(labels)), dtype=np.float32)
     probs = np.asarray(tower.probability(cos), dtype=np.float64).reshape(cos.shape)
-    return LabelRun(
+    run = LabelRun(
         labels, template, prompts, str(cat.get_meta("model_id") or ""), all_ids, cos, probs
+    )
+    return per_file(run, cat.item_files(all_ids.tolist())) if cat.holds_videos() else run
+
+
+def per_file(run: LabelRun, file_of: dict[int, int]) -> LabelRun:
+    """One row per file: each label's best probability (and cosine) over the file's items, on
+    the row of the item whose best label is likeliest (equal: the smaller item id); items no
+    longer in the catalog (file_of lacks them) are left out."""
+    files = np.array([file_of.get(int(i), -1) for i in run.ids], dtype=np.int64)
+    kept = np.flatnonzero(files >= 0)
+    if not len(kept):
+        return LabelRun(
+            run.labels,
+            run.template,
+            run.prompts,
+            run.model_id,
+            run.ids[:0],
+            run.cosines[:0],
+            run.probabilities[:0],
+        )
+    best = tie_key(run.probabilities[kept].max(axis=1))
+    # By file, then the best item first: each file's first row names it.
+    order = kept[np.lexsort((run.ids[kept], -best, files[kept]))]
+    starts = np.flatnonzero(np.r_[True, np.diff(files[order]) != 0])
+    return LabelRun(
+        run.labels,
+        run.template,
+        run.prompts,
+        run.model_id,
+        run.ids[order[starts]],
+        np.maximum.reduceat(run.cosines[order], starts, axis=0),
+        np.maximum.reduceat(run.probabilities[order], starts, axis=0),
     )
 
 

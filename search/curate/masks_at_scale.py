@@ -27,9 +27,9 @@ from wherein.schemas.errors import ModelError
 from wherein.schemas.models import CLIPSEG
 from wherein.schemas.records import HIT_MASK_FIELDS
 from wherein.search.export.destination import Keep
-from wherein.search.export.labels import LabelWriter, StoredLabels, categories_for
+from wherein.search.export.labels import FrameNames, LabelWriter, StoredLabels, categories_for
 from wherein.search.localize.mask_shards import Item, MaskJob, WorkFolder, work_path
-from wherein.search.localize.masking import with_fields
+from wherein.search.localize.masking import hit_time, with_fields
 
 SHARD_IMAGES = 100  # a shard file of COCO pieces is ~100-300 KB; resuming loses < one per actor
 
@@ -100,7 +100,8 @@ def export_masks(
     t0 = time.perf_counter()
     models = ModelDir(Path(models_root).expanduser().absolute())
     cats, category = categories_for(hits, prompt, labels)
-    items = [Item(int(h.id), h.path, category(h)) for h in hits]
+    names = FrameNames()
+    items = [_item(h, category(h), names) for h in hits]
     size = shard_size or SHARD_IMAGES
     job = MaskJob(prompt, fmt, list(cats.names), items, size, model_identity(models))
     work = WorkFolder.open(work_path(dest), job)
@@ -132,5 +133,20 @@ def export_masks(
     work.remove()
     stats.failed = sum(1 for v in values.values() if v is None)
     stats.seconds = time.perf_counter() - t0
-    out = [with_fields(h, values[int(h.id)] or dict.fromkeys(HIT_MASK_FIELDS)) for h in hits]
+    out = [
+        with_fields(h, values[it.id] or dict.fromkeys(HIT_MASK_FIELDS))
+        for h, it in zip(hits, items, strict=True)
+    ]
     return out, stats
+
+
+def _item(hit: Any, category: str, names: FrameNames) -> Item:
+    """A photo by its file id; a video hit's best frame by its item id (ids of files and
+    items share one counter, so the export never sees one twice), its time and the name
+    the local engine would give it."""
+    at = hit_time(hit)
+    if at is None:
+        return Item(int(hit.id), hit.path, category)
+    item_id = getattr(hit, "item_id", None)
+    frame_id = int(item_id) if item_id is not None else int(hit.id)
+    return Item(frame_id, hit.path, category, at, names(hit.path, at, frame_id))

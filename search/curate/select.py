@@ -60,9 +60,12 @@ def select(
     taken=None,
     camera=None,
     near=None,
+    kind: str | None = None,
+    frames: bool = False,
 ) -> list[Hit]:
     """Every indexed image whose calibrated probability for query is >= min_probability (best
-    first); under/glob/taken/camera/near restrict it as in Searcher.search."""
+    first); under/glob/taken/camera/near/kind restrict it as in Searcher.search. A video is
+    one row, at its best frame's time, unless frames: then each of its frames that passes."""
     return searcher.search(
         query,
         k=limit,
@@ -73,6 +76,8 @@ def select(
         taken=taken,
         camera=camera,
         near=near,
+        kind=kind,
+        frames=frames,
     )
 
 

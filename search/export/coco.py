@@ -6,6 +6,11 @@ Annotation ids count from 1 in the order images were merged. Each mask is one
 annotation with ``iscrowd`` 0 even when it has several separate regions (CLIPSeg
 masks are per prompt, not per object); ``score`` is the mask's mean probability.
 An image whose mask is empty is listed without annotations.
+
+A video's frame is an image too: its JPEG is written into a folder beside the export
+(``dogs.coco.json`` -> ``dogs.coco.frames/clip.mp4@12.50s.jpg``), ``file_name`` is that
+file's absolute path, ``id`` the frame's item id, and ``video``/``time`` say where it
+comes from.
 """
 
 from __future__ import annotations
@@ -17,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from wherein.search.export.pieces import Categories, LabelledImage, Piece
+from wherein.search.export.pieces import (
+    FRAMES,
+    Categories,
+    LabelledImage,
+    Piece,
+    base_name,
+    frames_folder,
+)
 
 
 def rle(mask: np.ndarray) -> dict[str, Any]:
@@ -48,15 +60,29 @@ def encode(item: LabelledImage, categories: Categories) -> Piece:
         if inst.score is not None:
             ann["score"] = round(float(inst.score), 6)
         annotations.append(ann)
-    image = {"id": item.id, "file_name": item.path, "width": item.width, "height": item.height}
-    return Piece(item.id, {"image": image, "annotations": annotations})
+    image: dict[str, Any] = {
+        "id": item.id,
+        "file_name": item.path,
+        "width": item.width,
+        "height": item.height,
+    }
+    files: dict[str, bytes] = {}
+    if item.frame is not None:
+        rel = f"{FRAMES}/{base_name(item)}.jpg"
+        files[rel] = item.frame
+        image.update(file_name=rel, video=item.path, time=item.time)  # absolute in finish
+    return Piece(item.id, {"image": image, "annotations": annotations}, files=files)
 
 
 def finish(records: list[dict[str, Any]], categories: Categories, dest: Path) -> dict[str, bytes]:
     images: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
+    frames = frames_folder(dest)
     for rec in records:
-        images.append(rec["image"])
+        image = rec["image"]
+        if "video" in image:
+            image = {**image, "file_name": str(frames / Path(image["file_name"]).name)}
+        images.append(image)
         for ann in rec["annotations"]:
             annotations.append({"id": len(annotations) + 1, **ann})
     doc = {

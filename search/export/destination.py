@@ -13,12 +13,15 @@
   ``..`` spelling that leads there.
 
 A folder export (yolo, masks) needs a new or empty folder; labels.py builds it
-beside the target and renames it into place.
+beside the target and renames it into place. The frames of a one-file export (COCO over
+videos) go into a folder beside it (``frames_destination``): a new one, or one that holds
+nothing but the frames an earlier export wrote there, which the new frames replace.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterable, Sequence
@@ -139,6 +142,55 @@ def resolve(
         f"{given}: is a {what}; an export goes to a file, a FIFO, a character device "
         "or - (standard output)"
     )
+
+
+# What an export's frames folder holds: <video name>@<seconds>s[-<id>].jpg files.
+_FRAME_FILE = re.compile(r".+@\d+\.\d\ds(-\d+)?\.jpg")
+
+
+def frames_destination(
+    given: str, folder: Path, keep: Sequence[Keep] = (), reads: Iterable[str] = ()
+) -> Path:
+    """The folder (its real path) a one-file export's frames go to, or an ExportError: never
+    inside a kept folder, never a folder holding anything but frames (an earlier export's,
+    replaced as a whole) or an image this command reads (reads: an earlier export's frames
+    that were indexed since), never a file."""
+    shown = f"{given}'s frames folder {folder}"
+    if given == STDOUT:
+        raise ExportError(
+            "the frames of videos are written beside the export: --export a file, not -"
+        )
+    target = Path(os.path.realpath(folder.expanduser().absolute()))
+    _refuse_kept(shown, target, keep)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as exc:
+        raise ExportError(f"{shown}: cannot write there ({exc.strerror or exc})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ExportError(f"{shown}: exists and is not a folder; move it or choose another path")
+    try:
+        foreign = [
+            e.name
+            for e in os.scandir(target)
+            if not (_FRAME_FILE.fullmatch(e.name) and e.is_file(follow_symlinks=False))
+        ]
+    except OSError as exc:
+        raise ExportError(f"{shown}: cannot read it ({exc.strerror or exc})") from None
+    if foreign:
+        raise ExportError(
+            f"{shown}: holds {foreign[0]!r}, which no export wrote; an export replaces only "
+            "its own frames: move it or choose another path"
+        )
+    names = {e.name for e in os.scandir(target)}
+    for r in reads:
+        if os.path.basename(r) in names and _same_file(Path(r).parent, target):
+            raise ExportError(
+                f"{shown}: holds {r}, an image this command reads; an export never "
+                "overwrites it: choose another path"
+            )
+    return target
 
 
 def _refuse_kept(given: str, target: Path, keep: Sequence[Keep]) -> None:

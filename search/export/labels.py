@@ -24,6 +24,7 @@ yolo.py and pngmasks.py, reached through the format registry (formats.py).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import uuid
@@ -34,19 +35,23 @@ from typing import Any
 
 import numpy as np
 
-from wherein.search.export.destination import Destination, Keep, resolve
+from wherein.search.export.destination import Destination, Keep, frames_destination, resolve
 from wherein.search.export.errors import ExportError, LabelExportError
 from wherein.search.export.formats import FORMATS, LABEL_FORMATS, Format
 from wherein.search.export.pieces import (  # re-exported: the label export's vocabulary
+    FRAMES,
     Categories,
+    FrameNames,
     Instance,
     LabelledImage,
     Piece,
     base_name,
+    frames_folder,
 )
 
 __all__ = [
     "Categories",
+    "FrameNames",
     "Instance",
     "LabelExportError",
     "LabelWriter",
@@ -59,6 +64,7 @@ __all__ = [
     "check_destination",
     "encode_piece",
     "export_hits",
+    "frame_jpeg",
     "images_from_hits",
     "read_mask",
     "write_labels",
@@ -115,6 +121,7 @@ class LabelWriter:
         keep: Sequence[Keep] = (),
         reads: Iterable[str] = (),
     ) -> None:
+        reads = list(reads)  # checked now, and again when the first frame comes
         self.destination = check_destination(dest, fmt, keep, reads)
         self.dest = Path(dest) if str(dest) == "-" else Path(dest).expanduser().absolute()
         self.fmt = fmt
@@ -125,7 +132,11 @@ class LabelWriter:
         self._records: list[dict[str, Any]] = []
         self._ids: set[int] = set()
         self._closed = False
+        self._keep = keep
+        self._reads = reads
         self._tmp: Path | None = None
+        self._frames: Path | None = None  # a one-file export's frames, before the rename
+        self._frames_target: Path | None = None
         if self.destination.kind == "folder":
             target = self.destination.path
             assert target is not None
@@ -140,10 +151,10 @@ class LabelWriter:
         if piece.id in self._ids:
             raise LabelExportError(f"image {piece.id} was added twice")
         self._ids.add(piece.id)
-        if (piece.files or piece.links) and self._tmp is None:
+        if (piece.files or piece.links) and self._tmp is None and not self._frames_only(piece):
             raise LabelExportError(f"a {self.fmt} export is one file: a piece cannot add files")
         for rel, data in piece.files.items():
-            target = self._inside(rel)
+            target = self._inside(rel) if self._tmp is not None else self._frame_file(rel)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
         for rel, source in piece.links.items():
@@ -160,11 +171,51 @@ class LabelWriter:
             raise LabelExportError(f"{rel}: a file of an export stays inside its folder")
         return target
 
+    def _frames_only(self, piece: Piece) -> bool:
+        return not piece.links and all(Path(rel).parts[0] == FRAMES for rel in piece.files)
+
+    def _frame_file(self, rel: str) -> Path:
+        """Where a one-file export's frame goes until close(): a folder beside the frames
+        folder, checked (destination.frames_destination) when the first frame comes."""
+        if self._frames is None:
+            try:
+                target = frames_destination(
+                    self.destination.given, frames_folder(self.dest), self._keep, self._reads
+                )
+            except LabelExportError:
+                raise
+            except ExportError as exc:
+                raise LabelExportError(str(exc)) from None
+            self._frames_target = target
+            self._frames = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+            self._frames.mkdir()
+        name = Path(rel).relative_to(FRAMES)
+        if len(name.parts) != 1 or name.name in ("", ".", ".."):
+            raise LabelExportError(f"{rel}: a frame of an export stays inside its folder")
+        return self._frames / name
+
+    def _place_frames(self) -> None:
+        """The new frames folder in place of the old one (an earlier export's frames, checked
+        when the first frame came): renamed aside, the new one renamed in, the old removed."""
+        if self._frames is None:
+            return
+        target = self._frames_target
+        assert target is not None
+        old = None
+        if target.is_dir():
+            old = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.old")
+            os.replace(target, old)
+        os.replace(self._frames, target)
+        self._frames = None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
     def close(self) -> Path:
         """Write the index and move the export into place; returns its path."""
         if self._closed:
             return self.dest
         index = self._format.finish(self._records, self.categories, self.dest)
+        self._place_frames()  # before the file that names them
         if self._tmp is not None:
             target = self.destination.path
             assert target is not None
@@ -180,8 +231,9 @@ class LabelWriter:
         return self.dest
 
     def abort(self) -> None:
-        if self._tmp is not None and self._tmp.is_dir() and not self._tmp.is_symlink():
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        for tmp in (self._tmp, self._frames):
+            if tmp is not None and tmp.is_dir() and not tmp.is_symlink():
+                shutil.rmtree(tmp, ignore_errors=True)
         self._closed = True
 
     def __len__(self) -> int:
@@ -226,21 +278,67 @@ def images_from_hits(
 ) -> Iterable[LabelledImage]:
     """One LabelledImage per hit that has a mask (hits went through add_masks); others are skipped.
 
-    category: the category name for every hit, or a function of the hit.
+    category: the category name for every hit, or a function of the hit. A video hit's
+    mask is of its best frame: that frame comes with it, as JPEG, named after the video
+    and the time (clip.mp4@12.50s; -<item id> added when two frames would share a name).
     """
+    from wherein.search.localize.masking import hit_time
+
+    names = FrameNames()
     for h in hits:
         mask_path = getattr(h, "mask_path", None)
         if not mask_path:
             continue
         mask = read_mask(mask_path)
         name = category(h) if callable(category) else category
-        yield LabelledImage(
+        item = LabelledImage(
             id=int(h.id),
             path=h.path,
             width=mask.shape[1],
             height=mask.shape[0],
             instances=[Instance(name, mask, h.mask_score)],
         )
+        time = hit_time(h)
+        if time is not None:
+            item = _with_frame(item, h, time, names)
+        yield item
+
+
+FRAME_QUALITY = 92  # a training image: close to the decoded frame, a fraction of a PNG's size
+
+
+def frame_jpeg(image: Any) -> bytes:
+    """A video's frame (a PIL image) as the JPEG a frame dataset holds."""
+    import io
+
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, "JPEG", quality=FRAME_QUALITY)
+    return buf.getvalue()
+
+
+def _with_frame(item: LabelledImage, hit: Any, time: float, names: FrameNames) -> LabelledImage:
+    """The frame a video hit's mask was made on (frame_at: the same frame, the same size)."""
+    from wherein.indexer.imaging import DecodeError
+    from wherein.search.localize.masking import frame_image
+
+    try:
+        image = frame_image(hit.path, time)
+    except DecodeError as exc:  # the video changed or went since its mask was made
+        raise LabelExportError(f"{hit.path}: the frame at {time:g} s: {exc}") from None
+    if image.size != (item.width, item.height):
+        raise LabelExportError(
+            f"{hit.path}: the frame at {time:g} s is {image.width}x{image.height}, its mask "
+            f"{item.width}x{item.height} (the video changed since its mask was made?)"
+        )
+    item_id = getattr(hit, "item_id", None)
+    frame_id = int(item_id) if item_id is not None else item.id
+    return dataclasses.replace(
+        item,
+        id=frame_id,
+        time=time,
+        frame=frame_jpeg(image),
+        name=names(hit.path, time, frame_id),
+    )
 
 
 @dataclass

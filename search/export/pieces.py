@@ -29,11 +29,22 @@ class Instance:
 
 @dataclass
 class LabelledImage:
+    """A photo, or a video's frame, with its masks.
+
+    A frame has no image file of its own: ``frame`` holds it as JPEG and the export writes
+    it (FRAMES/<name>.jpg in the piece's files), ``path`` is the video and ``time`` the
+    moment. Its id is the frame's item id (files and items share one id counter, so it
+    never equals a photo's).
+    """
+
     id: int  # catalog id: unique, so pieces from different shards never clash
     path: str
     width: int
     height: int
     instances: list[Instance] = field(default_factory=list)
+    time: float | None = None  # a video's frame: seconds into the video
+    frame: bytes | None = None  # that frame, JPEG, at width x height
+    name: str | None = None  # the name its files get in the export; default base_name's
 
 
 @dataclass
@@ -72,5 +83,43 @@ class Categories:
 
 
 def base_name(item: LabelledImage) -> str:
-    """<stem>-<catalog id>: unique per image without looking at the other images."""
+    """<stem>-<catalog id>: unique per image without looking at the other images; a frame's
+    given name, else <video name>@<time>s-<item id>."""
+    if item.name is not None:
+        return item.name
+    if item.time is not None:
+        return f"{frame_name(item.path, item.time)}-{item.id}"
     return f"{Path(item.path).stem}-{item.id}"
+
+
+# A frame's JPEG inside a piece's files; a one-file export (COCO) keeps them in a folder
+# beside it (frames_folder), a folder export in its own folder.
+FRAMES = "frames"
+
+
+def frame_name(video: str | Path, time: float) -> str:
+    """clip.mp4@12.50s: a frame's name, after its video and moment."""
+    return f"{Path(video).name}@{time:.2f}s"
+
+
+class FrameNames:
+    """The names of one export's frames: <video name>@<time>s, with -<id> added to a name
+    already given (same-named videos in two folders). Both engines name frames with it, in
+    hit order, so they write the same export."""
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+
+    def __call__(self, video: str | Path, time: float, id: int) -> str:
+        name = frame_name(video, time)
+        if name in self._used:
+            name = f"{name}-{id}"
+        self._used.add(name)
+        return name
+
+
+def frames_folder(dest: Path) -> Path:
+    """Where a one-file export's frames go: beside it, named after it (dogs.coco.json ->
+    dogs.coco.frames)."""
+    name = dest.name[: -len(".json")] if dest.name.lower().endswith(".json") else dest.name
+    return dest.with_name(f"{name}.{FRAMES}")

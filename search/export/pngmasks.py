@@ -2,8 +2,10 @@
 
     DEST/masks/<stem>-<id>.png   palette PNG at the image's viewing size:
                                  0 = background, n = category n (manifest ids)
+    DEST/frames/<name>.jpg       a video's frame (clip.mp4@12.50s.jpg): its image
     DEST/manifest.json           categories, and per image: id, path, size,
-                                 mask file, one entry per labelled mask
+                                 mask file, one entry per labelled mask (a
+                                 frame: its video's path, time and frame file)
 
 Read a mask back with ``numpy.asarray(PIL.Image.open(file))``: the palette
 indices are the category ids. Where two masks of one image overlap, the later
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from wherein.search.export.pieces import Categories, LabelledImage, Piece, base_name
+from wherein.search.export.pieces import FRAMES, Categories, LabelledImage, Piece, base_name
 
 # Distinct, saturated colours for viewing; the pixel values are what count.
 _COLOURS = [
@@ -76,7 +78,12 @@ def encode(item: LabelledImage, categories: Categories) -> Piece:
         "mask": rel,
         "annotations": entries,
     }
-    return Piece(item.id, record, files={rel: buf.getvalue()})
+    files = {rel: buf.getvalue()}
+    if item.frame is not None:
+        frame = f"{FRAMES}/{base_name(item)}.jpg"
+        files[frame] = item.frame
+        record.update(time=item.time, frame=frame)
+    return Piece(item.id, record, files=files)
 
 
 def finish(records: list[dict[str, Any]], categories: Categories, dest: Path) -> dict[str, bytes]:

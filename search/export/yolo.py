@@ -11,7 +11,8 @@ Layout (what Ultralytics expects: a label's path is its image's path with
 Polygons are the outer outlines of each mask (pixel-corner coordinates,
 simplified by 1 px; holes cannot be expressed in YOLO's format and are
 filled), normalised by the image's viewing size. An empty mask gives an empty
-label file: a background image.
+label file: a background image. A video's frame is written as a JPEG file
+(``images/clip.mp4@12.50s.jpg``), not linked: there is no image file to link to.
 """
 
 from __future__ import annotations
@@ -39,12 +40,18 @@ def label_lines(item: LabelledImage, categories: Categories) -> list[str]:
 
 def encode(item: LabelledImage, categories: Categories) -> Piece:
     name = base_name(item)
-    image = f"images/{name}{Path(item.path).suffix}"
     lines = label_lines(item, categories)
+    files = {f"labels/{name}.txt": "".join(f"{line}\n" for line in lines).encode()}
+    if item.frame is not None:
+        image = f"images/{name}.jpg"
+        files[image] = item.frame
+        record = {"id": item.id, "image": image, "path": item.path, "time": item.time}
+        return Piece(item.id, record, files=files)
+    image = f"images/{name}{Path(item.path).suffix}"
     return Piece(
         item.id,
         {"id": item.id, "image": image, "path": item.path},
-        files={f"labels/{name}.txt": "".join(f"{line}\n" for line in lines).encode()},
+        files=files,
         links={image: str(Path(item.path).absolute())},
     )
 

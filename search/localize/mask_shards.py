@@ -38,11 +38,14 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class Item:
-    """One image to mask: its catalog id, path and the category its mask is exported as."""
+    """One image to mask: its catalog id, path and the category its mask is exported as; a
+    video's frame: its item id, the video's path and the moment (seconds)."""
 
     id: int
     path: str
     category: str
+    time: float | None = None
+    name: str | None = None  # a frame's name in the export (FrameNames, on the driver)
 
 
 @dataclass
@@ -78,6 +81,8 @@ class MaskJob:
         for it in self.items:  # paths as bytes: a non-UTF-8 name hashes like any other
             h.update(f"\n{it.id}\0".encode() + os.fsencode(it.path) + b"\0")
             h.update(it.category.encode())
+            if it.time is not None:  # photos hash as before: a started job resumes
+                h.update(f"@{it.time!r}\0{it.name}".encode())
         return h.hexdigest()
 
     def header(self) -> dict[str, Any]:

@@ -267,9 +267,15 @@ def seen_stored(
 ) -> Seen:
     """The pass of the photo decoded from data: read from the store (keyed by data's hash),
     else run, and stored."""
+    return seen_keyed(model, image, size, content_key(data) if store is not None else "", store)
+
+
+def seen_keyed(
+    model, image: Image.Image, size: tuple[int, int], key: str, store: VisionStore | None
+) -> Seen:
+    """The pass of a decoded image: read from the store under key, else run, and stored."""
     if store is None:
         return seen_image(model, image, size)
-    key = content_key(data)
     features = store.load(model, key)
     if features is not None:
         return Seen(preview_base(image, size), size, features, from_store=True)
@@ -291,15 +297,55 @@ def vision_cache(model) -> VisionCache:
         return cache
 
 
-def see(model, path: str | Path, store: VisionStore | None = None) -> Seen:
-    """Decode and run the vision graph on a file, or reuse the pass of an unchanged file
-    (this process's, else the store's)."""
+def frame_image(path: str | Path, time: float) -> Image.Image:
+    """The frame a player shows at `time` seconds of a video, full size (rotation applied); a
+    DecodeError says why not (a time outside the video names its range)."""
+    from wherein.indexer.video import VideoError, frame_at  # PyAV: only when a video is masked
+
+    try:
+        return frame_at(path, time).image()
+    except VideoError as exc:
+        raise DecodeError(str(exc)) from None
+
+
+def source_stem(path: str | Path, time: float | None = None) -> str:
+    """What names a mask's files: a photo's stem, or a video's name and the moment
+    (clip.mp4@12.50s), so that two moments of one video never share a file."""
+    path = Path(path)
+    return path.stem if time is None else f"{path.name}@{time:.2f}s"
+
+
+def see(
+    model,
+    path: str | Path,
+    store: VisionStore | None = None,
+    time: float | None = None,
+    content: str | None = None,
+) -> Seen:
+    """Decode and run the vision graph on a file (on its frame at `time` seconds for a
+    video), or reuse the pass of an unchanged file (this process's, else the store's).
+
+    A photo's pass is kept under its file identity in memory and its content hash on disk.
+    A frame's is kept under (file identity, time) in memory, and on disk under (content,
+    time) when the caller knows the video's SHA-256 (`content`: a hit's, from the catalog,
+    while the file is as indexed), else (file identity, time): hashing a whole video for
+    every mask would cost more than the pass it saves.
+    """
     path = Path(path)
     try:
         st = path.stat()
     except OSError as exc:
         raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
-    key = (os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    key: tuple = (os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if time is not None:
+        identity, key = key, (*key, frame_time_key(time))
+
+        def frame() -> Seen:
+            image = frame_image(path, time)
+            stored = frame_store_key(time, content=content, identity=identity)
+            return seen_keyed(model, image, image.size, stored, store)
+
+        return vision_cache(model).get(key, frame)
 
     def compute() -> Seen:
         try:
@@ -310,6 +356,40 @@ def see(model, path: str | Path, store: VisionStore | None = None) -> Seen:
         return seen_stored(model, image, size, data, store)
 
     return vision_cache(model).get(key, compute)
+
+
+def frame_time_key(time: float) -> str:
+    """A moment as the caches key it: to the millisecond (frames are further apart, and
+    12.5 and 12.500000001 are one)."""
+    return f"{float(time):.3f}"
+
+
+def frame_store_key(time: float, content: str | None = None, identity: tuple | None = None) -> str:
+    """The disk store's key of a frame: a hash of ("frame", the video's SHA-256, time) when its
+    content is known (the web app keys a frame so too), else of ("frame", path, inode, size,
+    mtime_ns, time)."""
+    parts = ("frame", content) if content else ("frame", *(identity or ()))
+    text = "\0".join(map(str, (*parts, frame_time_key(time))))
+    return content_key(text.encode("utf-8", "surrogateescape"))
+
+
+def indexed_content(hit: Any) -> str | None:
+    """A hit's SHA-256 from the catalog while its file is as indexed (same size and mtime),
+    else None."""
+    sha, size, mtime_ns, path = (_hit_opt(hit, k) for k in ("sha256", "size", "mtime_ns", "path"))
+    if not sha or size is None or mtime_ns is None or path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return sha if (st.st_size, st.st_mtime_ns) == (size, mtime_ns) else None
+
+
+def hit_time(hit: Any) -> float | None:
+    """The moment a hit's mask is of: a video hit's best frame, None for a photo."""
+    time = _hit_opt(hit, "time")
+    return None if time is None or _hit_opt(hit, "kind") == "photo" else float(time)
 
 
 def slug(text: str, limit: int = 40) -> str:
@@ -327,12 +407,19 @@ def file_base(stem: str, prompt: str, rank: int | None = None) -> str:
 
 
 def write_mask_files(
-    res: MaskResult, seen: Seen, out_dir: Path, base: str, full_size_path: Path | None = None
+    res: MaskResult,
+    seen: Seen,
+    out_dir: Path,
+    base: str,
+    full_size_path: Path | None = None,
+    time: float | None = None,
 ) -> dict[str, str]:
     """<base>.mask.png (photo size) and <base>.overlay.jpg (preview, or the photo's size when
-    full_size_path names the file to decode at full size)."""
+    full_size_path names the file to decode at full size: its frame at `time` for a video)."""
     image = seen.image
-    if full_size_path is not None:
+    if full_size_path is not None and time is not None:
+        image = frame_image(full_size_path, time)
+    elif full_size_path is not None:
         image, _ = open_for_mask(full_size_path, full_size=True)
     mask = res.save_mask(out_dir / f"{base}.mask.png")
     overlay = res.save_overlay(out_dir / f"{base}.overlay.jpg", image)
@@ -346,14 +433,16 @@ def mask_file(
     out_dir: Path | None = None,
     full_size_overlays: bool = False,
     store: VisionStore | None = None,
+    time: float | None = None,
 ) -> list[tuple[MaskResult, dict[str, str]]]:
-    """Masks of several prompts on one image (one vision pass); with out_dir, writes
-    <stem>.<prompt>.mask.png / .overlay.jpg (a repeated prompt slug gets -2, -3, ...)."""
+    """Masks of several prompts on one image, or a video's frame at `time` seconds (one
+    vision pass); with out_dir, writes <stem>.<prompt>.mask.png / .overlay.jpg
+    (<name>@<time>s.<prompt>... for a frame; a repeated prompt slug gets -2, -3, ...)."""
     path = Path(path)
     if out_dir is not None:
         make_folder(out_dir, "mask folder")  # before the work, not after it
     try:
-        seen = see(model, path, store)
+        seen = see(model, path, store, time)
     except DecodeError as exc:
         raise WhereinError(f"{path}: {exc}") from None
     out: list[tuple[MaskResult, dict[str, str]]] = []
@@ -362,17 +451,24 @@ def mask_file(
         res = mask_of(model, prompt, seen.features, seen.size)
         files: dict[str, str] = {}
         if out_dir is not None:
-            name, i = file_base(path.stem, prompt), 2
+            stem = source_stem(path, time)
+            name, i = file_base(stem, prompt), 2
             while name in used:
-                name, i = f"{file_base(path.stem, prompt)}-{i}", i + 1
+                name, i = f"{file_base(stem, prompt)}-{i}", i + 1
             used.add(name)
-            files = write_mask_files(res, seen, out_dir, name, path if full_size_overlays else None)
+            full = path if full_size_overlays else None
+            files = write_mask_files(res, seen, out_dir, name, full, time)
         out.append((res, files))
     return out
 
 
 def _hit_get(hit: Any, name: str) -> Any:
     return hit[name] if isinstance(hit, dict) else getattr(hit, name)
+
+
+def _hit_opt(hit: Any, name: str) -> Any:
+    """A field a hit (a dataclass or a dict) may lack: None then."""
+    return hit.get(name) if isinstance(hit, dict) else getattr(hit, name, None)
 
 
 def with_fields(hit: Any, values: dict[str, Any]) -> Any:
@@ -423,8 +519,9 @@ def add_masks_to_hits(
     full_size_overlays: bool = False,
     store: VisionStore | None = None,
 ) -> list:
-    """Mask `prompt` on each hit's image; write <out_dir>/<rank>-<stem>.<prompt>.mask.png and
-    .overlay.jpg.
+    """Mask `prompt` on each hit's image (a video hit's best frame, at its `time`); write
+    <out_dir>/<rank>-<stem>.<prompt>.mask.png and .overlay.jpg (<rank>-<name>@<time>s.<prompt>
+    for a frame).
 
     Returns new hits (same order, ranks unchanged) with mask_path, overlay_path,
     bbox = {"largest": box of the largest 4-connected region, "union": box of all
@@ -451,8 +548,10 @@ def add_masks_to_hits(
 
     def one(hit: Any) -> dict[str, Any]:
         path = Path(_hit_get(hit, "path"))
+        time = hit_time(hit)  # a video hit: its best frame
+        content = indexed_content(hit) if time is not None else None
         try:
-            seen = see(model, path, store)
+            seen = see(model, path, store, time, content)
         except DecodeError as exc:
             if on_error is not None:
                 on_error(hit, str(exc))
@@ -462,8 +561,9 @@ def add_masks_to_hits(
         if min_mask_area is not None and values["mask_area"] < min_mask_area:
             return values  # dropped below: no files for it
         make_folder(out_dir, "mask folder")
-        base = file_base(path.stem, prompt, _hit_get(hit, "rank"))
-        files = write_mask_files(res, seen, out_dir, base, path if full_size_overlays else None)
+        base = file_base(source_stem(path, time), prompt, _hit_get(hit, "rank"))
+        full = path if full_size_overlays else None
+        files = write_mask_files(res, seen, out_dir, base, full, time)
         return {**values, "mask_path": files["mask"], "overlay_path": files["overlay"]}
 
     values = [one(h) for h in hits] if workers == 1 else list(_pool(workers).map(one, hits))

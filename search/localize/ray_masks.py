@@ -29,9 +29,10 @@ from wherein.search.export.labels import (
     Instance,
     LabelledImage,
     encode_piece,
+    frame_jpeg,
 )
 from wherein.search.localize.mask_shards import Item, MaskJob, Outcome, WorkFolder
-from wherein.search.localize.masking import hit_values, mask_of, open_for_mask
+from wherein.search.localize.masking import frame_image, hit_values, mask_of, open_for_mask
 
 # Seconds per stage, summed over images: what a run's time went to (bench_ray_masks).
 STAGES = ("decode", "vision", "decoder", "write")
@@ -40,10 +41,15 @@ STAGES = ("decode", "vision", "decoder", "write")
 def mask_item(
     model, cond: np.ndarray, prompt: str, item: Item, fmt: str, categories: Categories, spent
 ) -> Outcome:
-    """One image: decode, vision pass, decoder with cond, mask measured, export piece encoded."""
+    """One image (a video's frame at item.time): decode, vision pass, decoder with cond, mask
+    measured, export piece encoded (with the frame as JPEG)."""
     t0 = time.perf_counter()
     try:
-        image, size = open_for_mask(item.path)
+        if item.time is None:
+            image, size = open_for_mask(item.path)
+        else:  # a video's best frame, as `search --mask` segments it
+            image = frame_image(item.path, item.time)
+            size = image.size
     except DecodeError as exc:
         spent["decode"] += time.perf_counter() - t0
         return Outcome(item.id, None, None, str(exc))
@@ -58,6 +64,9 @@ def mask_item(
         size[0],
         size[1],
         [Instance(item.category, res.mask, values["mask_score"])],
+        time=item.time,
+        frame=None if item.time is None else frame_jpeg(image),
+        name=item.name,
     )
     piece = encode_piece(labelled, fmt, categories)
     t3 = time.perf_counter()

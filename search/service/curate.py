@@ -19,8 +19,6 @@ from wherein.search.service.engine import Engine
 from wherein.search.service.export import Exported, ExportTo, export_hits, export_keep, exported
 from wherein.search.service.feedback import QUIET, Feedback
 
-DEFAULT_MASK_DIR = Path("wherein-masks")
-
 
 # -- select ---------------------------------------------------------------------------------
 @dataclass
@@ -33,12 +31,14 @@ class SelectRequest:
     taken: str | None = None
     camera: str | None = None
     near: str | None = None
+    kind: str | None = None  # "photo" or "video" only [both]
+    frames: bool = False  # a video's matching frames as rows of their own
     raw: bool = False  # the text as typed, without the model's prompt template
     copy_to: Path | None = None
     link_to: Path | None = None
     flat: bool = False
     mask: bool = False
-    out_dir: Path | None = None  # masks and overlays (local engine) [./wherein-masks]
+    out_dir: Path | None = None  # masks and overlays (local engine) [search's: ./wherein-masks]
     category_from_labels: bool = False
     engine: Engine = field(default_factory=Engine)
     export_path: Path | None = None
@@ -151,6 +151,8 @@ def select(req: SelectRequest, feedback: Feedback = QUIET) -> SelectResult:
             taken=req.taken,
             camera=req.camera,
             near=req.near,
+            kind=req.kind,
+            frames=req.frames,
         )
         warnings = list(searcher.last_warnings)
         for warning in warnings:
@@ -202,6 +204,7 @@ def _stored_labels(searcher, hits):
 def _masks_here(req: SelectRequest, hits, prompt, models_root, index_root):
     """A mask PNG and overlay per hit in req.out_dir; the vision passes kept in the index."""
     from wherein.search.api import add_masks
+    from wherein.search.service.search import DEFAULT_MASK_DIR  # search --mask's, the same
 
     out = req.out_dir or DEFAULT_MASK_DIR
     hits = add_masks(hits, prompt, out, models_root, index_dir=index_root)

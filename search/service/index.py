@@ -37,6 +37,8 @@ class IndexRequest:
     workers: int | None = None  # decode threads
     threads: int | None = None  # model threads
     draft: bool = True  # JPEG draft decoding
+    frame_every: float = 2.0  # videos: a frame at least this often, seconds (and at cuts)
+    max_frames: int = 600  # videos: at most this many frames each
     wait: bool = False  # wait for another writer instead of failing with IndexLocked
 
 
@@ -102,6 +104,7 @@ def index(
     """
     from wherein.indexer import paths as P
     from wherein.indexer.ingest.run import Indexer
+    from wherein.indexer.ingest.videos import FrameSettings
     from wherein.indexer.ingest.walk import NOT_INDEXABLE, ignored_root
 
     paths = list(req.paths)
@@ -131,7 +134,8 @@ def index(
         rebuilt = store.rebuilt
         if rebuilt is not None and on_rebuilt is not None:
             on_rebuilt(rebuilt)
-        indexer = Indexer(store, tower, workers=req.workers, draft=req.draft)
+        frames = FrameSettings(every=req.frame_every, max_frames=req.max_frames)
+        indexer = Indexer(store, tower, workers=req.workers, draft=req.draft, frames=frames)
         stats = indexer.run(
             paths,
             include_hidden=req.hidden,
@@ -222,4 +226,6 @@ def status(
             "repaired": report.repaired,
             "to_repair": report.to_repair,
         }
+        if report.notes:
+            st.check["notes"] = report.notes
     return StatusResult(d, st, report)

@@ -29,7 +29,9 @@ import re
 import stat
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 from wherein.schemas.errors import WhereinError
 
@@ -45,6 +47,10 @@ class FileChanged(WhereinError):
     """The file at the indexed path is no longer the indexed content (HTTP 409)."""
 
 
+class BadRequest(WhereinError):
+    """A parameter FastAPI's validation lets through but the app refuses (HTTP 400)."""
+
+
 @dataclass(frozen=True)
 class IndexedFile:
     id: int
@@ -56,11 +62,18 @@ class IndexedFile:
     height: int | None
     format: str | None
     indexed_at: str | None
+    time: float | None = None  # a video's frame, in seconds (whole milliseconds); None: a photo
 
     @property
     def key(self) -> str:
-        """'<id>-<sha256[:16]>': names cache entries so a re-indexed, changed file gets new ones."""
-        return f"{self.id}-{self.sha256[:16]}"
+        """'<id>-<sha256[:16]>': names cache entries so a re-indexed, changed file gets new ones;
+        a video's frame adds '-t<ms>', so each moment has its own thumbnail and mask."""
+        frame = f"-t{round(self.time * 1000)}" if self.time is not None else ""
+        return f"{self.id}-{self.sha256[:16]}{frame}"
+
+    def at(self, time: float) -> IndexedFile:
+        """This video's frame at `time` seconds, rounded to the millisecond (as it is keyed)."""
+        return replace(self, time=round(float(time), 3))
 
     @classmethod
     def from_row(cls, row: dict) -> IndexedFile:
@@ -128,15 +141,55 @@ def check_current(f: IndexedFile) -> None:
     with _verified_lock:
         known = _verified.get((f.path, f.sha256))
     if known != _identity(st):
-        read_verified(f)
+        with opened_verified(f):  # hashed in chunks: a video is never held whole
+            pass
+
+
+@contextmanager
+def opened_verified(f: IndexedFile) -> Iterator[int]:
+    """An open descriptor of the file, once its content is known to be the indexed one (by its
+    identity, else by hashing it in chunks); what is served is read from this descriptor,
+    so a file swapped after the check is never what goes out. For files too large to hold
+    (a video's byte ranges); NotFound / FileChanged as read_verified."""
+    fd = _open(f)
+    try:
+        st = os.fstat(fd)
+        _check_stat(f, st)
+        with _verified_lock:
+            known = _verified.get((f.path, f.sha256))
+        if known != _identity(st):
+            digest, n = hashlib.sha256(), 0
+            while chunk := os.read(fd, 1 << 20):
+                digest.update(chunk)
+                n += len(chunk)
+            if n != f.size or digest.hexdigest() != f.sha256:
+                raise _differs(f)
+            _remember(f, st)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open(f: IndexedFile) -> int:
+    try:
+        return os.open(f.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _gone(f, exc) from None
+
+
+def _differs(f: IndexedFile) -> FileChanged:
+    # Size and mtime as indexed, other bytes: a rewrite that kept both. `wherein index`
+    # reads it again by its ctime and inode; --verify re-reads every file regardless.
+    return FileChanged(
+        f"image {f.id}: the file's content differs from what was indexed (same size and "
+        "time); re-run wherein index on its folder to pick up the change "
+        "(with --verify if it still is not)"
+    )
 
 
 def read_verified(f: IndexedFile) -> bytes:
     """The file's bytes when they are still the indexed content; NotFound / FileChanged otherwise."""
-    try:
-        fd = os.open(f.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise _gone(f, exc) from None
+    fd = _open(f)
     try:
         st = os.fstat(fd)
         _check_stat(f, st)
@@ -152,12 +205,6 @@ def read_verified(f: IndexedFile) -> bytes:
         os.close(fd)
     data = b"".join(chunks)
     if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
-        # Size and mtime as indexed, other bytes: a rewrite that kept both. `wherein index`
-        # reads it again by its ctime and inode; --verify re-reads every file regardless.
-        raise FileChanged(
-            f"image {f.id}: the file's content differs from what was indexed (same size and "
-            "time); re-run wherein index on its folder to pick up the change "
-            "(with --verify if it still is not)"
-        )
+        raise _differs(f)
     _remember(f, st)
     return data

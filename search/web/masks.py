@@ -13,7 +13,8 @@ the masks of its first hits are made in the background (``prefetch``), behind
 any mask a user asks for, so that opening a hit usually finds its mask ready. The overlay is
 a preview (long side <= masking.PREVIEW_MAX_SIDE); the mask PNG is at the
 image's size and made when it is first asked for (the page shows the overlay). The prompt only reaches file names as a slug plus a hash.
-Nothing kept (mask, overlay, vision pass) is used once the photo is no longer the
+A video's frame (an IndexedFile with a time) is masked as a photo is, each moment
+under its own key. Nothing kept (mask, overlay, vision pass) is used once the photo is no longer the
 indexed content (files.check_current, one stat per request); ``forget`` drops an
 image's entries.
 """
@@ -39,6 +40,7 @@ from wherein.search.cache.vision import Seen, VisionCache
 from wherein.search.cache.vision_store import VisionStore
 from wherein.search.web.files import FileChanged, IndexedFile, check_current, read_verified
 from wherein.search.web.runner import LATER, NOW, PriorityRunner
+from wherein.search.web.videos import frame_image
 
 MAX_PROMPT_CHARS = 200
 FEATURE_CACHE = 8  # images whose vision pass is kept: ~4.5 MB of t3/t6/t9 + a preview each
@@ -286,9 +288,13 @@ class MaskService:
         return True
 
     def _vision(self, f: IndexedFile, model) -> Seen:
-        from wherein.search.localize.masking import seen_stored
+        from wherein.search.localize.masking import frame_store_key, seen_keyed, seen_stored
 
         def compute() -> Seen:
+            if f.time is not None:  # a video's frame: the store keys it by content and time
+                frame = frame_image(f)
+                key = frame_store_key(f.time, content=f.sha256)  # as `search --mask` does
+                return seen_keyed(model, frame, frame.size, key, self.store)
             data = read_verified(f)
             try:
                 image, size = decode(data, draft_size=CLIPSEG_IMAGE_SIZE)

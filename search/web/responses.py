@@ -33,12 +33,10 @@ class JSONResponse(_StarletteJSON):
         return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message, "status": status}, status_code=status)
-
-
-class BadRequest(WhereinError):
-    """A parameter FastAPI's validation lets through but the app refuses (HTTP 400)."""
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 
 
 def _status_for(exc: WhereinError) -> int:

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -25,8 +26,9 @@ from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes, usable_c
 from wherein.search.cache.thumbs import ResizedCache
 from wherein.search.cache.vision_store import VISION_DIR, VisionStore
 from wherein.search.web import DEFAULT_PREFETCH_MASKS
-from wherein.search.web.files import IndexedFile, NotFound
+from wherein.search.web.files import BadRequest, IndexedFile, NotFound
 from wherein.search.web.masks import MaskService
+from wherein.search.web.videos import frame_image, is_video
 
 THUMB_SIDE = 384  # grid tiles are ~200 CSS px: sharp on 2x screens
 PREVIEW_SIDE = 1600
@@ -62,10 +64,17 @@ class WebState:
         self.decoding = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-decode")
         self.searching = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-search")
         self.thumbs = ResizedCache(
-            self.cache_dir / "thumbs" if writable else None, THUMB_SIDE, pool=self.decoding
+            self.cache_dir / "thumbs" if writable else None,
+            THUMB_SIDE,
+            pool=self.decoding,
+            frames=frame_image,
         )
         self.previews = ResizedCache(
-            self.cache_dir / "previews" if writable else None, PREVIEW_SIDE, 85, pool=self.decoding
+            self.cache_dir / "previews" if writable else None,
+            PREVIEW_SIDE,
+            85,
+            pool=self.decoding,
+            frames=frame_image,
         )
         self.janitor = CacheJanitor(
             self.cache_dir, cache_bytes if cache_bytes is not None else cache_limit_bytes()
@@ -89,14 +98,25 @@ class WebState:
             self.catalog.close()
         self.searcher.close()
 
-    def indexed(self, image_id: int) -> IndexedFile:
+    def indexed(self, image_id: int, time: float | None = None) -> IndexedFile:
+        """The catalog's file; for a video, its frame at `time` seconds (None: the first).
+        A time given for a photo is a BadRequest."""
         with self.db_lock:
             if self._closed:
                 raise IndexError_("the web app is shutting down")
             row = self.catalog.rows_by_ids([image_id]).get(image_id)
         if row is None:
             raise NotFound(f"image {image_id}: not in this index")
-        return IndexedFile.from_row(row)
+        f = IndexedFile.from_row(row)
+        if is_video(f):
+            return f.at(time or 0.0)
+        if time is not None:
+            raise BadRequest(f"t: image {image_id} is a photo; only a video's frames have a time")
+        return f
+
+    def file(self, image_id: int) -> IndexedFile:
+        """The catalog's file itself (a video as a whole: its bytes, not a frame)."""
+        return replace(self.indexed(image_id), time=None)
 
     @contextmanager
     def serving(self, f: IndexedFile) -> Iterator[None]:

@@ -308,7 +308,7 @@ def test_a_file_yields_items_each_with_its_vector_and_locator(cat):
         "time": None,
         "box": None,
     }
-    assert (hits[frames[1]]["kind"], hits[frames[1]]["time"]) == ("frame", 2.5)
+    assert (hits[frames[1]]["kind"], hits[frames[1]]["time"]) == ("video", 2.5)  # HIT_KINDS
     assert sorted(i for i, _ in cat.embedded_paths(["/p"])) == [photo, *frames, region]
     assert cat.known_files()["/p/clip.mp4"][4]  # embedded: its items have vectors
     with cat.transaction():

@@ -294,14 +294,8 @@ CLI_MAY_IMPORT_FROM_INDEXER: dict[str, dict[str, str]] = {
         # --index and --models read the same environment variables the library resolves.
         "wherein.indexer.paths": "INDEX_ENV and MODELS_ENV, for the options' envvar",
     },
-    # Moving to search/service/mask.py and search/service/search.py (branches video-masks and
-    # video-search): their entries go with them.
-    "search/cli/mask.py": {
-        "wherein.indexer.paths": "until the mask service",
-        "wherein.indexer.models.clipseg": "until the mask service",
-        "wherein.indexer.models.modeldir": "until the mask service",
-        "wherein.indexer.store.index_store": "until the mask service",
-    },
+    # The search command resolves --index itself before it opens the searcher it hands to
+    # search/service/search.py (branch video-search): to go when the service opens it.
     "search/cli/search.py": {"wherein.indexer.paths": "until the search service"},
 }
 

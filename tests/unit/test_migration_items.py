@@ -9,7 +9,6 @@ in vectors.f16 (`embed` + `build-index`).
 
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
 import sqlite3
@@ -21,7 +20,9 @@ from click.testing import CliRunner
 
 from wherein.indexer.store.catalog import Catalog
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "index_v3"
+from old_indexes import FIXTURES, by_score, new_file, raw
+
+FIXTURE = FIXTURES / "index_v3"
 LAYOUTS = ["index", "built"]
 
 
@@ -30,14 +31,6 @@ def v3(request, tmp_path) -> Path:
     d = tmp_path / request.param
     shutil.copytree(FIXTURE / request.param, d)
     return d
-
-
-def raw(db: Path, sql: str, args=()) -> list[tuple]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def vector_files(d: Path) -> dict[str, bytes]:
@@ -61,7 +54,8 @@ def test_open_gives_each_image_one_item_with_its_id_and_keeps_every_vector(v3):
     seq = raw(db, "SELECT seq FROM sqlite_sequence WHERE name = 'images'")[0][0]
     files_before = vector_files(v3)
     cat = Catalog(db)
-    assert cat.migrated == ["m004_file_identity", "m005_items"] and cat.schema_version == 5
+    assert cat.migrated == ["m004_file_identity", "m005_items", "m006_videos"]
+    assert cat.schema_version == 6
     assert cat.count_items() == cat.count_images() == len(images) == 8
     cat.close()
     assert raw(db, "SELECT id, image_id, kind FROM items ORDER BY id") == [
@@ -76,17 +70,7 @@ def test_open_gives_each_image_one_item_with_its_id_and_keeps_every_vector(v3):
     cat = Catalog(db)
     with cat.transaction():
         new = cat.insert_image(
-            {
-                "path": "/new.png",
-                "size": 1,
-                "mtime_ns": 1,
-                "sha256": "x",
-                "width": 1,
-                "height": 1,
-                "format": "png",
-                "indexed_at": "t",
-                "model_id": "m",
-            },
+            new_file(),
             np.ones(int(cat.get_meta("dim")), np.float32),
         )
     assert new == seq + 1
@@ -126,14 +110,6 @@ def test_status_check_finds_a_file_without_items(v3):
     assert "1 files in the catalog yield no item" in problems
 
 
-def _by_score(pairs) -> list[set[str]]:
-    """Paths grouped by equal score, in score order: ties may come in any order."""
-    return [
-        {p for p, _ in group}
-        for _, group in itertools.groupby(pairs, key=lambda ps: round(ps[1], 6))
-    ]
-
-
 @pytest.mark.slow  # builds the stand-in models once per session
 def test_search_answers_as_schema_3_did(v3, standin_models):
     from wherein.search.api import open_index
@@ -143,7 +119,7 @@ def test_search_answers_as_schema_3_did(v3, standin_models):
         for query, want in expected.items():
             hits = s.search(query, k=20, check_exists=False)
             got = [(h.path, h.score) for h in hits]
-            assert _by_score(got) == _by_score(want), query
+            assert by_score(got) == by_score(want), query
             np.testing.assert_allclose([x for _, x in got], [x for _, x in want], atol=1e-6)
             assert all(h.kind == "photo" and h.time is None and h.box is None for h in hits)
             assert [h.item_id for h in hits] == [h.id for h in hits]

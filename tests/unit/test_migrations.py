@@ -24,8 +24,17 @@ from click.testing import CliRunner
 from wherein.indexer.store import migrations
 from wherein.indexer.store.catalog import SCHEMA_VERSION, Catalog
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "index_v1"
-STEPS = ["m001_initial", "m002_paths_as_bytes", "m003_photos", "m004_file_identity", "m005_items"]
+from old_indexes import FIXTURES, new_file, raw
+
+FIXTURE = FIXTURES / "index_v1"
+STEPS = [
+    "m001_initial",
+    "m002_paths_as_bytes",
+    "m003_photos",
+    "m004_file_identity",
+    "m005_items",
+    "m006_videos",
+]
 
 
 @pytest.fixture()
@@ -33,14 +42,6 @@ def v1(tmp_path) -> Path:
     d = tmp_path / "index"
     shutil.copytree(FIXTURE, d)
     return d
-
-
-def raw(db: Path, sql: str, args=()) -> list[tuple]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def v1_rows(db: Path) -> dict[int, dict]:
@@ -64,7 +65,7 @@ def test_first_open_migrates_in_place_keeping_every_row_and_vector(v1):
     before_meta = dict(raw(db, "SELECT key, value FROM meta"))
     before_labels = sorted(raw(db, "SELECT * FROM labels"))
     cat = Catalog(db)
-    assert cat.migrated == STEPS and cat.schema_version == SCHEMA_VERSION == 5
+    assert cat.migrated == STEPS and cat.schema_version == SCHEMA_VERSION == 6
     assert cat.rows_by_ids(before_rows) == before_rows
     ids, vecs = cat.vectors_for(before_vecs)
     assert len(ids) == len(before_vecs) == 9
@@ -72,7 +73,7 @@ def test_first_open_migrates_in_place_keeping_every_row_and_vector(v1):
         assert v.astype("<f4").tobytes() == before_vecs[i]
     assert [tuple(s.values()) for s in cat.skipped()] == before_skips
     assert {k: cat.get_meta(k) for k in before_meta} == {
-        k: json.loads(v) if k != "schema_version" else 5 for k, v in before_meta.items()
+        k: json.loads(v) if k != "schema_version" else 6 for k, v in before_meta.items()
     }
     # m004: each row's ctime and inode unknown (trusted on size and mtime until read again)
     assert {k[:2] for k in cat.known_files().values()} == {
@@ -106,17 +107,7 @@ def test_ids_stay_unique_past_a_deleted_last_row(v1):
     cat = Catalog(db)
     with cat.transaction():
         new = cat.insert_image(
-            {
-                "path": "/new.png",
-                "size": 1,
-                "mtime_ns": 1,
-                "sha256": "x",
-                "width": 1,
-                "height": 1,
-                "format": "png",
-                "indexed_at": "t",
-                "model_id": "m",
-            },
+            new_file(),
             None,
         )
     assert new == 10

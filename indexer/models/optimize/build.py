@@ -28,6 +28,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from wherein.indexer.models.convert.build import INSTALL_CONVERTERS, tool_versions
@@ -180,55 +181,6 @@ def make_int8(source: Path, out: Path, log: Callable[[str], None]) -> dict:
     return done
 
 
-def _current(record: dict, source_sha: str, graph: Path, graph_sha: str | None) -> bool:
-    """A passed candidate built from this very source, unchanged on disk: nothing to redo."""
-    return bool(
-        record.get("passed")
-        and record.get("from_sha256") == source_sha
-        and graph.is_file()
-        and file_digest(graph) == graph_sha
-    )
-
-
-def _candidate(key: str, source: Path, log: Callable[[str], None]) -> tuple[Path, dict] | Outcome:
-    """Build the int8 candidate beside source: (its path, what was done), or why there is none."""
-    if not quantizer_available():
-        return Outcome(
-            key, "unavailable", f"needs ai-edge-quantizer (a base dependency): {INSTALL_CONVERTERS}"
-        )
-    out = source.with_name(candidate_name(source))
-    log(f"{key}: {source.name} -> {out.name}")
-    try:
-        return out, make_int8(source, out, log)
-    except ModelError as exc:
-        return Outcome(key, "rejected", str(exc))
-
-
-def _verify(
-    candidate: Path,
-    figures_of: Callable[[], dict],
-    md: ModelDir,
-    name: str,
-    min_speedup: float | None,
-    unit: str = "image",
-) -> dict:
-    """The candidate's figures against its source, the speed check included.
-
-    A candidate that cannot even be compared is removed: only a verified file may stay
-    beside the graph in use.
-    """
-    try:
-        figures = figures_of()
-    except Exception:
-        candidate.unlink(missing_ok=True)
-        raise
-    ms = figures[f"ms_per_{unit}"]
-    figures["failed"] += speed_failures(md, name, ms, min_speedup, unit)
-    if not speed_matters(md) and too_slow(ms, min_speedup):
-        figures[SPEED_EXEMPT] = True
-    return figures
-
-
 def _signatures(graph) -> dict:
     return {
         s.key: {
@@ -238,6 +190,173 @@ def _signatures(graph) -> dict:
         }
         for s in graph.signatures.values()
     }
+
+
+# -- the template: the steps every graph goes through ------------------------------
+Gate = Callable[[bool], Outcome | None]
+
+
+class Pipeline:
+    """One graph's optimization, its steps written once (run), in this order:
+
+    1. gates (force: bool -> Outcome or None), in the order gates() gives: the source is
+       there, no verified candidate of it is already in use, the tool that builds one is
+       installed. The first that answers is the outcome.
+    2. build: the candidate beside its source; a ModelError rejects it (refuse).
+    3. verify: its figures against the source (figures), the speed gate included; an
+       error that keeps it from being compared removes it.
+    4. record: what goes into the manifest, passed or not.
+    5. settle: failed, the candidate is deleted and its record written where `models
+       check` finds it (write); passed, it is used or made ready (passed).
+
+    A subclass is one graph's spec: its source, how a candidate is built and measured,
+    what its record holds and where it is written.
+    """
+
+    key: str  # the outcome's model
+    name: str = ""  # the speed gate's name for the graph
+    unit = "image"  # what the ms figures are per
+    use = "switched"  # a passed candidate's status: used at once
+    source: Path
+    # Errors of verification that reject the candidate (else they are raised).
+    verify_refusals: tuple[type[Exception], ...] = ()
+
+    def __init__(self, md: ModelDir, log: Callable[[str], None], min_speedup: float | None):
+        self.md, self.log, self.min_speedup = md, log, min_speedup
+
+    def run(self, force: bool = False) -> Outcome:
+        for gate in self.gates():
+            if (early := gate(force)) is not None:
+                return early
+        try:
+            out, done = self.build()
+        except ModelError as exc:
+            return self.refuse(str(exc))
+        try:
+            figures = self.verify(out)
+        except self.verify_refusals as exc:
+            return self.refuse(str(exc))
+        return self.settle(out, self.record(out, done, figures))
+
+    # -- the steps, as most graphs take them -----------------------------------------
+    def gates(self) -> tuple[Gate, ...]:
+        return (self.missing, self.in_use, self.unavailable)
+
+    def missing(self, force: bool) -> Outcome | None:
+        if self.source.is_file():
+            return None
+        return Outcome(self.key, "missing", f"{self.source}: not found (run `wherein models pull`)")
+
+    def in_use(self, force: bool) -> Outcome | None:
+        """A passed candidate built from this very source, unchanged on disk: nothing to redo."""
+        kept = None if force else self.kept()
+        if kept is None:
+            return None
+        record, graph, sha = kept
+        current = (
+            record.get("passed")
+            and record.get("from_sha256") == self.source_sha
+            and graph.is_file()
+            and file_digest(graph) == sha
+        )
+        return self.up_to_date(graph, record) if current else None
+
+    def up_to_date(self, graph: Path, record: dict) -> Outcome:
+        return Outcome(
+            self.key, "up to date", f"{graph.name} is in use", graph.name, record["figures"], record
+        )
+
+    def unavailable(self, force: bool) -> Outcome | None:
+        if quantizer_available():
+            return None
+        return Outcome(
+            self.key,
+            "unavailable",
+            f"needs ai-edge-quantizer (a base dependency): {INSTALL_CONVERTERS}",
+        )
+
+    @cached_property
+    def source_sha(self) -> str:
+        return file_digest(self.source)
+
+    def verify(self, out: Path) -> dict:
+        """A candidate that cannot even be compared is removed: only a verified file may stay
+        beside the graph in use."""
+        try:
+            figures = self.figures(out)
+        except Exception:
+            out.unlink(missing_ok=True)
+            raise
+        ms = figures[f"ms_per_{self.unit}"]
+        figures["failed"] += speed_failures(self.md, self.name, ms, self.min_speedup, self.unit)
+        if not speed_matters(self.md) and too_slow(ms, self.min_speedup):
+            figures[SPEED_EXEMPT] = True
+        return figures
+
+    def refuse(self, reason: str) -> Outcome:
+        return Outcome(self.key, "rejected", reason)
+
+    def settle(self, out: Path, record: dict) -> Outcome:
+        if record["passed"]:
+            return self.passed(out, record)
+        figures = record["figures"]
+        out.unlink(missing_ok=True)
+        record.pop("stamps", None)  # no file left to match
+        self.write(record)
+        return Outcome(self.key, "rejected", "; ".join(figures["failed"]), None, figures, record)
+
+    # -- the spec: what each graph says for itself -----------------------------------
+    def kept(self) -> tuple[dict, Path, str | None] | None:
+        """The record of the candidate in use, its graph and the sha256 it was verified with."""
+        return None
+
+    def build(self) -> tuple[Path, dict]:
+        """Write the candidate; (its path, what was done)."""
+        raise NotImplementedError
+
+    def figures(self, out: Path) -> dict:
+        """The candidate compared with its source: ms_per_<unit> and "failed" (reasons)."""
+        raise NotImplementedError
+
+    def record(self, out: Path, done: dict, figures: dict) -> dict:
+        raise NotImplementedError
+
+    def write(self, record: dict) -> None:
+        """Write the record where `models check` and the loaders read it."""
+        raise NotImplementedError
+
+    def passed(self, out: Path, record: dict) -> Outcome:
+        figures = record["figures"]
+        message = self.gain(figures) + exempt_note(figures)
+        return Outcome(self.key, self.use, message, out.name, figures, record)
+
+    def gain(self, figures: dict) -> str:
+        """How a passed candidate compares with its source, in one line."""
+        raise NotImplementedError
+
+
+class _Int8(Pipeline):
+    """A graph made dynamic-range int8 (make_int8), verified on sample photos."""
+
+    def __init__(
+        self,
+        md: ModelDir,
+        log: Callable[[str], None],
+        min_speedup: float | None,
+        samples: Callable[[], Sample],
+    ):
+        super().__init__(md, log, min_speedup)
+        self.samples = samples
+
+    @cached_property
+    def sample(self) -> Sample:
+        """The verification images, loaded only once a candidate is built."""
+        return self.samples()
+
+    def build(self) -> tuple[Path, dict]:
+        out = self.source.with_name(candidate_name(self.source))
+        self.log(f"{self.key}: {self.source.name} -> {out.name}")
+        return out, make_int8(self.source, out, self.log)
 
 
 # -- image tower -------------------------------------------------------------------
@@ -262,6 +381,69 @@ def _torch_source(md: ModelDir, manifest: dict | None) -> dict:
     return {"kind": "hub", "ref": REAL_SOURCE, "config": "full", "seed": 0}
 
 
+class _ImageTower(_Int8):
+    """Used only once adopt_image switches to it (the index re-embeds): passed is "ready"."""
+
+    key, name, use = SIGLIP_IMAGE.key, "image tower", "ready"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.source, self.manifest = image_source(self.md)
+
+    def gates(self) -> tuple[Gate, ...]:
+        return (self.missing, self.converted, self.in_use, self.unavailable)
+
+    def converted(self, force: bool) -> Outcome | None:
+        """A tower `models convert` made int8 already: nothing to gain."""
+        m = self.manifest
+        if m and m.get("precision") == "int8" and "optimize" not in m:
+            return Outcome(self.key, "up to date", f"{m['file']} is already int8 (models convert)")
+        return None
+
+    def kept(self) -> tuple[dict, Path, str | None] | None:
+        if not self.manifest:
+            return None
+        record = self.manifest.get("optimize", {})
+        current = self.md.image_dir / str(self.manifest.get("file", ""))
+        if current.name != record.get("candidate"):
+            return None
+        return record, current, self.manifest.get("sha256")
+
+    def figures(self, out: Path) -> dict:
+        from wherein.indexer.models.litert_graph import LiteRTGraph
+        from wherein.indexer.models.optimize.compare import image_tower_figures
+
+        self.log(f"  verifying on {self.sample.origin}")
+        return image_tower_figures(LiteRTGraph(self.source), LiteRTGraph(out), self.sample.images)
+
+    def record(self, out: Path, done: dict, figures: dict) -> dict:
+        return {
+            "from": self.source.name,
+            "from_sha256": self.source_sha,
+            "candidate": out.name,
+            "recipe": RECIPE,
+            "passed": not figures["failed"],
+            "verified_on": self.sample.origin,
+            REVERIFY: self.sample.bundled,
+            "figures": figures,
+            **done,
+            "created": _now(),
+        }
+
+    def write(self, record: dict) -> None:
+        """Keep the graph in use; write the failed figures where `models check` finds them."""
+        manifest = self.manifest
+        if manifest is None:
+            manifest = _source_manifest(
+                self.md, self.source, self.source_sha, _torch_source(self.md, None)
+            )
+        write_image_record(self.md, manifest, record)
+
+    def gain(self, figures: dict) -> str:
+        ms = figures["ms_per_image"]
+        return f"{ms['source']:.0f} -> {ms['candidate']:.0f} ms/image"
+
+
 def prepare_image(
     md: ModelDir,
     samples: Callable[[], Sample],
@@ -273,66 +455,7 @@ def prepare_image(
 
     samples() loads the verification images (only called when a candidate is built).
     """
-    from wherein.indexer.models.litert_graph import LiteRTGraph
-    from wherein.indexer.models.optimize.compare import image_tower_figures
-
-    key = SIGLIP_IMAGE.key
-    source, manifest = image_source(md)
-    if not source.is_file():
-        return Outcome(key, "missing", f"{source}: not found (run `wherein models pull`)")
-    if manifest and manifest.get("precision") == "int8" and "optimize" not in manifest:
-        return Outcome(key, "up to date", f"{manifest['file']} is already int8 (models convert)")
-    source_sha = file_digest(source)
-    record = (manifest or {}).get("optimize", {})
-    current = md.image_dir / str(manifest.get("file", "")) if manifest else None
-    if (
-        not force
-        and manifest
-        and current is not None
-        and current.name == record.get("candidate")
-        and _current(record, source_sha, current, manifest.get("sha256"))
-    ):
-        return Outcome(
-            key, "up to date", f"{current.name} is in use", current.name, record["figures"], record
-        )
-    built = _candidate(key, source, log)
-    if isinstance(built, Outcome):
-        return built
-    out, done = built
-    sample = samples()
-    log(f"  verifying on {sample.origin}")
-    figures = _verify(
-        out,
-        lambda: image_tower_figures(LiteRTGraph(source), LiteRTGraph(out), sample.images),
-        md,
-        "image tower",
-        min_speedup,
-    )
-    record = {
-        "from": source.name,
-        "from_sha256": source_sha,
-        "candidate": out.name,
-        "recipe": RECIPE,
-        "passed": not figures["failed"],
-        "verified_on": sample.origin,
-        REVERIFY: sample.bundled,
-        "figures": figures,
-        **done,
-        "created": _now(),
-    }
-    if figures["failed"]:
-        out.unlink(missing_ok=True)
-        _record_rejection(md, source, manifest, record)
-        return Outcome(key, "rejected", "; ".join(figures["failed"]), None, figures, record)
-    ms = figures["ms_per_image"]
-    return Outcome(
-        key,
-        "ready",
-        f"{ms['source']:.0f} -> {ms['candidate']:.0f} ms/image{exempt_note(figures)}",
-        out.name,
-        figures,
-        record,
-    )
+    return _ImageTower(md, log, min_speedup, samples).run(force)
 
 
 def _source_manifest(md: ModelDir, source: Path, sha256: str, torch_source: dict) -> dict:
@@ -350,13 +473,6 @@ def _source_manifest(md: ModelDir, source: Path, sha256: str, torch_source: dict
         "signatures": _signatures(LiteRTGraph(source)),
         "output": "L2-normalised",
     }
-
-
-def _record_rejection(md: ModelDir, source: Path, manifest: dict | None, record: dict) -> None:
-    """Keep the graph in use; write the failed figures where `models check` finds them."""
-    if manifest is None:
-        manifest = _source_manifest(md, source, record["from_sha256"], _torch_source(md, None))
-    write_image_record(md, manifest, record)
 
 
 def write_image_record(md: ModelDir, manifest: dict, record: dict) -> None:
@@ -407,92 +523,6 @@ def discard(md: ModelDir, outcome: Outcome) -> None:
 
 
 # -- CLIPSeg vision -------------------------------------------------------------
-def optimize_clipseg(
-    md: ModelDir,
-    samples: Callable[[], Sample],
-    force: bool = False,
-    log: Callable[[str], None] = print,
-    min_speedup: float | None = None,
-) -> Outcome:
-    """Build, verify and (when it passes) switch to an int8 CLIPSeg vision graph."""
-    from wherein.indexer.models.clipseg import DECODER_FILE, TEXT_FILE, VISION_FILE, ClipSeg
-    from wherein.indexer.models.litert_graph import LiteRTGraph
-    from wherein.indexer.models.optimize.compare import clipseg_figures
-
-    key = CLIPSEG.key
-    d = md.clipseg_dir
-    source = d / VISION_FILE
-    if not source.is_file():
-        return Outcome(key, "missing", f"{source}: not found (run `wherein models pull`)")
-    manifest_path = d / CLIPSEG_MANIFEST
-    manifest = _read_json(manifest_path) or {}
-    vision = manifest.get("vision", {})
-    source_sha = file_digest(source)
-    cand = d / str(vision.get("file", ""))
-    if not force and _current(vision, source_sha, cand, vision.get("sha256")):
-        return Outcome(
-            key, "up to date", f"{cand.name} is in use", cand.name, vision["figures"], vision
-        )
-    built = _candidate(key, source, log)
-    if isinstance(built, Outcome):
-        return built
-    out, done = built
-    sample = samples()
-    log(f"  verifying masks on {len(sample.prompts)} images of {sample.origin}")
-    text, decoder = LiteRTGraph(d / TEXT_FILE), LiteRTGraph(d / DECODER_FILE)
-    src_model = ClipSeg.from_parts(LiteRTGraph(source), text, decoder, d)
-    cand_model = ClipSeg.from_parts(LiteRTGraph(out), text, decoder, d)
-    n = len(sample.prompts)
-    figures = _verify(
-        out,
-        lambda: clipseg_figures(src_model, cand_model, sample.images[:n], sample.prompts),
-        md,
-        "CLIPSeg vision",
-        min_speedup,
-    )
-    passed = not figures["failed"]
-    record = {
-        "file": out.name,
-        "sha256": file_digest(out),
-        "from": source.name,
-        "from_sha256": source_sha,
-        "recipe": RECIPE,
-        "passed": passed,
-        "verified_on": f"the first {n} of {sample.origin}, {figures['pairs']} image x prompt pairs",
-        "figures": figures,
-        **done,
-        "created": _now(),
-    }
-    return _settle(
-        d,
-        "vision",
-        key,
-        out,
-        record,
-        lambda f: (
-            f"vision {f['ms_per_image']['source']:.0f} -> "
-            f"{f['ms_per_image']['candidate']:.0f} ms/image, mask IoU {f['mask_iou']:.3f}"
-        ),
-    )
-
-
-def _settle(
-    d: Path, name: str, key: str, out: Path, record: dict, switched: Callable[[dict], str]
-) -> Outcome:
-    """Write a verified CLIPSeg candidate's manifest record `name`. Passed: switched to it
-    (switched(figures) says how it compares). Failed: its file deleted, the source stays."""
-    figures = record["figures"]
-    if not record["passed"]:
-        out.unlink(missing_ok=True)
-        record.pop("stamps", None)  # no file left to match
-    _write_clipseg_record(d, name, record)
-    if not record["passed"]:
-        return Outcome(key, "rejected", "; ".join(figures["failed"]), None, figures, record)
-    return Outcome(
-        key, "switched", switched(figures) + exempt_note(figures), out.name, figures, record
-    )
-
-
 def _write_clipseg_record(d: Path, key: str, record: dict) -> None:
     """One record of clipseg/manifest.json ("vision" or "text_short"); the others stay."""
     path = d / CLIPSEG_MANIFEST
@@ -501,9 +531,191 @@ def _write_clipseg_record(d: Path, key: str, record: dict) -> None:
     _write_json(path, manifest)
 
 
+class _ClipsegRecord(Pipeline):
+    """A CLIPSeg graph whose record is one key of clipseg/manifest.json; passed, it is
+    used at once (ClipSeg.load reads the record)."""
+
+    record_key: str
+
+    def kept(self) -> tuple[dict, Path, str | None] | None:
+        d = self.md.clipseg_dir
+        record = (_read_json(d / CLIPSEG_MANIFEST) or {}).get(self.record_key, {})
+        return record, d / str(record.get("file", "")), record.get("sha256")
+
+    def write(self, record: dict) -> None:
+        _write_clipseg_record(self.md.clipseg_dir, self.record_key, record)
+
+    def passed(self, out: Path, record: dict) -> Outcome:
+        self.write(record)
+        return super().passed(out, record)
+
+
+class _ClipsegVision(_ClipsegRecord, _Int8):
+    key, name, record_key = CLIPSEG.key, "CLIPSeg vision", "vision"
+
+    def __init__(self, *args, **kwargs):
+        from wherein.indexer.models.clipseg import VISION_FILE
+
+        super().__init__(*args, **kwargs)
+        self.source = self.md.clipseg_dir / VISION_FILE
+
+    def figures(self, out: Path) -> dict:
+        from wherein.indexer.models.clipseg import DECODER_FILE, TEXT_FILE, ClipSeg
+        from wherein.indexer.models.litert_graph import LiteRTGraph
+        from wherein.indexer.models.optimize.compare import clipseg_figures
+
+        d, sample = self.md.clipseg_dir, self.sample
+        n = len(sample.prompts)
+        self.log(f"  verifying masks on {n} images of {sample.origin}")
+        text, decoder = LiteRTGraph(d / TEXT_FILE), LiteRTGraph(d / DECODER_FILE)
+        src_model = ClipSeg.from_parts(LiteRTGraph(self.source), text, decoder, d)
+        cand_model = ClipSeg.from_parts(LiteRTGraph(out), text, decoder, d)
+        return clipseg_figures(src_model, cand_model, sample.images[:n], sample.prompts)
+
+    def record(self, out: Path, done: dict, figures: dict) -> dict:
+        n = len(self.sample.prompts)
+        return {
+            "file": out.name,
+            "sha256": file_digest(out),
+            "from": self.source.name,
+            "from_sha256": self.source_sha,
+            "recipe": RECIPE,
+            "passed": not figures["failed"],
+            "verified_on": f"the first {n} of {self.sample.origin}, "
+            f"{figures['pairs']} image x prompt pairs",
+            "figures": figures,
+            **done,
+            "created": _now(),
+        }
+
+    def gain(self, figures: dict) -> str:
+        ms = figures["ms_per_image"]
+        return (
+            f"vision {ms['source']:.0f} -> {ms['candidate']:.0f} ms/image, "
+            f"mask IoU {figures['mask_iou']:.3f}"
+        )
+
+
+def optimize_clipseg(
+    md: ModelDir,
+    samples: Callable[[], Sample],
+    force: bool = False,
+    log: Callable[[str], None] = print,
+    min_speedup: float | None = None,
+) -> Outcome:
+    """Build, verify and (when it passes) switch to an int8 CLIPSeg vision graph."""
+    return _ClipsegVision(md, log, min_speedup, samples).run(force)
+
+
 # -- CLIPSeg text at fewer positions ----------------------------------------------
 TEXT_SHORT = "text_short"
 TEXT_SHORT_RECIPE = "text graph cut from 77 to {n} token positions (causal: exact for eot < {n})"
+
+
+class _ClipsegShortText(_ClipsegRecord):
+    """The text graph cut to fewer positions (shorten.py), gated on cond matching the
+    77-position graph's; its record says which files it was verified with (stamps)."""
+
+    key, name, unit, record_key = f"{CLIPSEG.key} text", "CLIPSeg text", "prompt", TEXT_SHORT
+    verify_refusals = (ModelError,)  # the short graph does not load or breaks its contract
+
+    def __init__(
+        self, md: ModelDir, log: Callable[[str], None], min_speedup: float | None, length: int
+    ):
+        from wherein.indexer.models.clipseg import TEXT_FILE
+
+        super().__init__(md, log, min_speedup)
+        self.length = length
+        self.source = md.clipseg_dir / TEXT_FILE
+        self.out = md.clipseg_dir / short_name(self.source, length)
+        self.base: dict = {}  # the record's first keys, written once the build starts
+
+    def gates(self) -> tuple[Gate, ...]:
+        return (self.missing, self.in_use)  # shorten.py needs no optional tool
+
+    def kept(self) -> tuple[dict, Path, str | None] | None:
+        kept = super().kept()
+        return kept if kept is not None and kept[0].get("length") == self.length else None
+
+    def up_to_date(self, graph: Path, record: dict) -> Outcome:
+        from wherein.indexer.models.modeldir import file_stamp
+
+        stamps = {"file": file_stamp(graph), "from": file_stamp(self.source)}
+        if record.get("stamps") != stamps:  # same bytes, copied or touched: vouch for them again
+            record = {**record, "stamps": stamps}
+            self.write(record)
+        return super().up_to_date(graph, record)
+
+    def build(self) -> tuple[Path, dict]:
+        self.log(
+            f"{self.key}: {self.source.name} -> {self.out.name} ({self.length} token positions)"
+        )
+        self.base = {
+            "from": self.source.name,
+            "from_sha256": self.source_sha,
+            "length": self.length,
+            "recipe": TEXT_SHORT_RECIPE.format(n=self.length),
+            "created": _now(),
+        }
+        try:
+            return self.out, shorten(self.source, self.out, self.length).to_json()
+        except ModelError as exc:  # a graph the rewrite cannot shorten exactly
+            raise ModelError(f"{self.source.name}: {exc}") from exc
+
+    def refuse(self, reason: str) -> Outcome:
+        """Keep the 77 graph; say why where `models check` finds it."""
+        self.base.update(passed=False, figures={"failed": [reason]})
+        return self.settle(self.out, self.base)
+
+    def figures(self, out: Path) -> dict:
+        from wherein.indexer.models.clipseg import ClipSeg, LeftOut, ShortTextGraph, short_text_spec
+        from wherein.indexer.models.litert_graph import LiteRTGraph
+        from wherein.indexer.models.optimize.compare import text_gate_prompts, text_short_figures
+
+        d, length = self.md.clipseg_dir, self.length
+        src_model = ClipSeg.from_parts(
+            LeftOut("vision"), LiteRTGraph(self.source), LeftOut("decoder"), d
+        )
+
+        def make():
+            g = LiteRTGraph(out)
+            g.check(short_text_spec(out.name, length))
+            return g
+
+        m = src_model  # the same graphs and assets; only the short graph added
+        cand_model = ClipSeg(
+            m.vision,
+            m.text,
+            m.decoder,
+            m.token_table,
+            m.projection,
+            m.tokenizer,
+            short_text=ShortTextGraph(length, make),
+        )
+        prompts = text_gate_prompts(src_model, length)
+        self.log(f"  verifying cond on {len(prompts)} prompts of 1-{length - 2} tokens")
+        return text_short_figures(src_model, cand_model, prompts)
+
+    def record(self, out: Path, done: dict, figures: dict) -> dict:
+        from wherein.indexer.models.modeldir import file_stamp
+
+        self.base.update(
+            file=out.name,
+            sha256=file_digest(out),
+            passed=not figures["failed"],
+            verified_on=f"{figures['prompts']} prompts of {self.length - 2} tokens or fewer",
+            figures=figures,
+            stamps={"file": file_stamp(out), "from": file_stamp(self.source)},
+            **done,
+        )
+        return self.base
+
+    def gain(self, figures: dict) -> str:
+        ms = figures["ms_per_prompt"]
+        return (
+            f"new prompt {ms['source']:.1f} -> {ms['candidate']:.1f} ms "
+            f"(up to {self.length - 2} tokens), cond corr {figures['cond_pearson_min']:.6f}"
+        )
 
 
 def optimize_clipseg_text(
@@ -514,142 +726,81 @@ def optimize_clipseg_text(
     length: int = DEFAULT_LENGTH,
 ) -> Outcome:
     """Build, verify and (when cond matches the 77-position graph) use a short text graph."""
-    from wherein.indexer.models.clipseg import (
-        TEXT_FILE,
-        ClipSeg,
-        LeftOut,
-        ShortTextGraph,
-        short_text_spec,
-    )
-    from wherein.indexer.models.litert_graph import LiteRTGraph
-    from wherein.indexer.models.modeldir import file_stamp
-    from wherein.indexer.models.optimize.compare import text_gate_prompts, text_short_figures
-
-    key = f"{CLIPSEG.key} text"
-    d = md.clipseg_dir
-    source = d / TEXT_FILE
-    if not source.is_file():
-        return Outcome(key, "missing", f"{source}: not found (run `wherein models pull`)")
-    rec = (_read_json(d / CLIPSEG_MANIFEST) or {}).get(TEXT_SHORT, {})
-    source_sha = file_digest(source)
-    cand = d / str(rec.get("file", ""))
-    if (
-        not force
-        and rec.get("length") == length
-        and _current(rec, source_sha, cand, rec.get("sha256"))
-    ):
-        stamps = {"file": file_stamp(cand), "from": file_stamp(source)}
-        if rec.get("stamps") != stamps:  # same bytes, copied or touched: vouch for them again
-            rec = {**rec, "stamps": stamps}
-            _write_clipseg_record(d, TEXT_SHORT, rec)
-        return Outcome(key, "up to date", f"{cand.name} is in use", cand.name, rec["figures"], rec)
-    out = d / short_name(source, length)
-    log(f"{key}: {source.name} -> {out.name} ({length} token positions)")
-    record: dict = {
-        "from": source.name,
-        "from_sha256": source_sha,
-        "length": length,
-        "recipe": TEXT_SHORT_RECIPE.format(n=length),
-        "created": _now(),
-    }
-
-    def reject(reason: str) -> Outcome:
-        """Keep the 77 graph; say why where `models check` finds it."""
-        record.update(passed=False, figures={"failed": [reason]})
-        return _settle(d, TEXT_SHORT, key, out, record, str)
-
-    try:
-        done = shorten(source, out, length).to_json()
-    except ModelError as exc:  # a graph the rewrite cannot shorten exactly
-        return reject(f"{source.name}: {exc}")
-
-    src_model = ClipSeg.from_parts(LeftOut("vision"), LiteRTGraph(source), LeftOut("decoder"), d)
-
-    def make():
-        g = LiteRTGraph(out)
-        g.check(short_text_spec(out.name, length))
-        return g
-
-    m = src_model  # the same graphs and assets; only the short graph added
-    cand_model = ClipSeg(
-        m.vision,
-        m.text,
-        m.decoder,
-        m.token_table,
-        m.projection,
-        m.tokenizer,
-        short_text=ShortTextGraph(length, make),
-    )
-    prompts = text_gate_prompts(src_model, length)
-    log(f"  verifying cond on {len(prompts)} prompts of 1-{length - 2} tokens")
-    try:
-        figures = _verify(
-            out,
-            lambda: text_short_figures(src_model, cand_model, prompts),
-            md,
-            "CLIPSeg text",
-            min_speedup,
-            unit="prompt",
-        )
-    except ModelError as exc:  # the short graph does not load or breaks its contract
-        return reject(str(exc))
-    passed = not figures["failed"]
-    record.update(
-        file=out.name,
-        sha256=file_digest(out),
-        passed=passed,
-        verified_on=f"{figures['prompts']} prompts of {length - 2} tokens or fewer",
-        figures=figures,
-        stamps={"file": file_stamp(out), "from": file_stamp(source)},
-        **done,
-    )
-    return _settle(
-        d,
-        TEXT_SHORT,
-        key,
-        out,
-        record,
-        lambda f: (
-            f"new prompt {f['ms_per_prompt']['source']:.1f} -> "
-            f"{f['ms_per_prompt']['candidate']:.1f} ms (up to {length - 2} tokens), "
-            f"cond corr {f['cond_pearson_min']:.6f}"
-        ),
-    )
+    return _ClipsegShortText(md, log, min_speedup, length).run(force)
 
 
 # -- text tower ----------------------------------------------------------------
-def optimize_text(md: ModelDir, force: bool = False, log: Callable[[str], None] = print) -> Outcome:
-    from wherein.indexer.models.text_tower_litert import TEXT_GRAPH, TEXT_MANIFEST, has_litert_text
+class _TextTower(Pipeline):
+    """The open_clip text tower converted to LiteRT (`models convert siglip2-text`): the
+    converter checks it against open_clip itself and writes its manifest, so passing that
+    check is the gate, and the graph is used at once."""
 
     key = SIGLIP_TEXT.key
-    if has_litert_text(md.root) and not force:
-        manifest = _read_json(md.text_dir / TEXT_MANIFEST) or {}
-        fig = manifest.get("parity", {}).get("figures", {}).get("serving_default", {})
-        return Outcome(key, "up to date", f"{TEXT_GRAPH} is in use", TEXT_GRAPH, fig)
-    if not text_converter_available():
-        return Outcome(key, "unavailable", text_gain_note())
-    if not (md.text_dir / "open_clip_config.json").is_file():
-        return Outcome(
-            key, "missing", f"{md.text_dir}: no open_clip model (run `wherein models pull`)"
-        )
-    from wherein.indexer.models.convert.build import convert_text_tower
-    from wherein.indexer.models.convert.towers import parse_source
 
-    log(f"{key}: converting the open_clip text tower to LiteRT")
-    try:
-        manifest = convert_text_tower(
-            parse_source(f"local-dir:{md.text_dir}"), md.root, log=lambda s: log("  " + s)
+    def gates(self) -> tuple[Gate, ...]:
+        return (self.in_use, self.unavailable, self.missing)
+
+    def in_use(self, force: bool) -> Outcome | None:
+        from wherein.indexer.models.text_tower_litert import (
+            TEXT_GRAPH,
+            TEXT_MANIFEST,
+            has_litert_text,
         )
-    except ModelError as exc:  # the converter's own check against open_clip failed
-        return Outcome(key, "rejected", str(exc))
-    fig = manifest["parity"]["figures"]["serving_default"]
-    return Outcome(
-        key,
-        "switched",
-        f"correlation {fig['pearson']:.6f} vs open_clip; queries no longer import torch",
-        TEXT_GRAPH,
-        fig,
-    )
+
+        if force or not has_litert_text(self.md.root):
+            return None
+        manifest = _read_json(self.md.text_dir / TEXT_MANIFEST) or {}
+        fig = manifest.get("parity", {}).get("figures", {}).get("serving_default", {})
+        return Outcome(self.key, "up to date", f"{TEXT_GRAPH} is in use", TEXT_GRAPH, fig)
+
+    def unavailable(self, force: bool) -> Outcome | None:
+        return (
+            None
+            if text_converter_available()
+            else Outcome(self.key, "unavailable", text_gain_note())
+        )
+
+    def missing(self, force: bool) -> Outcome | None:
+        if (self.md.text_dir / "open_clip_config.json").is_file():
+            return None
+        return Outcome(
+            self.key,
+            "missing",
+            f"{self.md.text_dir}: no open_clip model (run `wherein models pull`)",
+        )
+
+    def build(self) -> tuple[Path, dict]:
+        from wherein.indexer.models.convert.build import convert_text_tower
+        from wherein.indexer.models.convert.towers import parse_source
+        from wherein.indexer.models.text_tower_litert import TEXT_GRAPH
+
+        self.log(f"{self.key}: converting the open_clip text tower to LiteRT")
+        manifest = convert_text_tower(
+            parse_source(f"local-dir:{self.md.text_dir}"),
+            self.md.root,
+            log=lambda s: self.log("  " + s),
+        )
+        return self.md.text_dir / TEXT_GRAPH, manifest
+
+    def verify(self, out: Path) -> dict:
+        return {}  # done in build: convert_text_tower raises when open_clip disagrees
+
+    def record(self, out: Path, done: dict, figures: dict) -> dict:
+        return done  # the manifest the converter wrote
+
+    def settle(self, out: Path, record: dict) -> Outcome:
+        fig = record["parity"]["figures"]["serving_default"]
+        return Outcome(
+            self.key,
+            "switched",
+            f"correlation {fig['pearson']:.6f} vs open_clip; queries no longer import torch",
+            out.name,
+            fig,
+        )
+
+
+def optimize_text(md: ModelDir, force: bool = False, log: Callable[[str], None] = print) -> Outcome:
+    return _TextTower(md, log, None).run(force)
 
 
 def reembed_estimate(sample: Sample, outcome: Outcome, cores: int) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Path as PathParam
+from fastapi import Query
 
 MAX_ID = 2**62  # SQLite integers are 64-bit: larger values would overflow, not miss
 
@@ -29,6 +30,23 @@ IMAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def urls(f_id: int, sha: str | None) -> dict[str, str]:
-    v = f"?v={sha[:16]}" if sha else ""
-    return {"thumb_url": f"/api/thumb/{f_id}{v}", "image_url": f"/api/image/{f_id}{v}"}
+# The moment of a video's frame, in seconds (?t=); a photo takes none.
+FrameTime = Annotated[
+    float | None,
+    Query(ge=0, le=1e7, description="A video's moment in seconds (its frame); none for a photo"),
+]
+
+
+def urls(f_id: int, sha: str | None, time: float | None = None) -> dict[str, str]:
+    """A hit's or record's URLs; a video's (time: the moment shown, None: not a video) add
+    video_url, and its thumbnail and preview are of its frame at that time."""
+    v = f"v={sha[:16]}" if sha else ""
+    if time is None:
+        q = f"?{v}" if v else ""
+        return {"thumb_url": f"/api/thumb/{f_id}{q}", "image_url": f"/api/image/{f_id}{q}"}
+    at = "&".join(x for x in (f"t={round(time, 3)!r}", v) if x)
+    return {
+        "thumb_url": f"/api/thumb/{f_id}?{at}",
+        "image_url": f"/api/image/{f_id}?{at}",
+        "video_url": f"/api/video/{f_id}" + (f"?{v}" if v else ""),
+    }

@@ -1,5 +1,5 @@
-"""One indexed image: its catalog record, its thumbnail and preview (cached), and the
-folders that hold images (for the folder filter)."""
+"""One indexed image: its catalog record, its thumbnail and preview (cached; a video's are of
+its frame at ?t= seconds), and the folders that hold images (for the folder filter)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from wherein.schemas.records import iso_time
 from wherein.search.web.responses import JSONResponse, image_response
 from wherein.search.web.routes.common import (
     IMAGE_RESPONSES,
+    FrameTime,
     ImageId,
     json_schema_response,
     urls,
 )
 from wherein.search.web.state import Web
+from wherein.search.web.videos import is_video
 
 router = APIRouter()
 
@@ -25,7 +27,8 @@ router = APIRouter()
     "/api/hit/{image_id}", responses=json_schema_response("ImageRecord", "One indexed image")
 )
 def hit(state: Web, image_id: ImageId) -> JSONResponse:
-    f = state.indexed(image_id)
+    f = state.file(image_id)
+    video = is_video(f)
     return JSONResponse(
         {
             "id": f.id,
@@ -39,21 +42,22 @@ def hit(state: Web, image_id: ImageId) -> JSONResponse:
             "sha256": f.sha256,
             "format": f.format,
             "exists": os.path.exists(f.path),
-            **urls(f.id, f.sha256),
+            "kind": "video" if video else "photo",
+            **urls(f.id, f.sha256, 0.0 if video else None),
         }
     )
 
 
 @router.get("/api/thumb/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
-def thumb(state: Web, image_id: ImageId) -> Response:
-    f = state.indexed(image_id)
+def thumb(state: Web, image_id: ImageId, t: FrameTime = None) -> Response:
+    f = state.indexed(image_id, t)
     with state.serving(f):
         return image_response(state, lambda: state.thumbs.get(f))
 
 
 @router.get("/api/image/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
-def image(state: Web, image_id: ImageId) -> Response:
-    f = state.indexed(image_id)
+def image(state: Web, image_id: ImageId, t: FrameTime = None) -> Response:
+    f = state.indexed(image_id, t)
     with state.serving(f):
         return image_response(state, lambda: state.previews.get(f))
 

@@ -1,4 +1,5 @@
-"""/api/mask: where a prompt matches in one image (CLIPSeg), and the overlay and mask files."""
+"""/api/mask: where a prompt matches in one image (CLIPSeg), or in a video's frame at ?t=
+seconds, and the overlay and mask files."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from fastapi.responses import Response
 
 from wherein.search.web.masks import KINDS, clean_prompt
 from wherein.search.web.responses import JSONResponse, image_response
-from wherein.search.web.routes.common import ImageId, json_schema_response
+from wherein.search.web.routes.common import FrameTime, ImageId, json_schema_response
 from wherein.search.web.state import Web
 
 router = APIRouter()
@@ -22,16 +23,21 @@ router = APIRouter()
     responses=json_schema_response("MaskResponse", "Where the prompt matches"),
 )
 def mask(
-    state: Web, image_id: ImageId, prompt: Annotated[str, Query(max_length=1000)]
+    state: Web,
+    image_id: ImageId,
+    prompt: Annotated[str, Query(max_length=1000)],
+    t: FrameTime = None,
 ) -> JSONResponse:
-    f = state.indexed(image_id)
+    f = state.indexed(image_id, t)
     p = clean_prompt(prompt)
     with state.serving(f):
         entry = state.masks.get(f, p)
-    qs = f"?prompt={quote(p)}&v={f.sha256[:16]}"
+    at = f"&t={f.time!r}" if f.time is not None else ""
+    qs = f"?prompt={quote(p)}{at}&v={f.sha256[:16]}"
     return JSONResponse(
         {
             **entry.summary,
+            **({"time": f.time} if f.time is not None else {}),
             "overlay_url": f"/api/mask/{f.id}/overlay{qs}",
             "mask_url": f"/api/mask/{f.id}/mask{qs}",
         }
@@ -53,8 +59,9 @@ def mask_file(
     image_id: ImageId,
     kind: Literal["overlay", "mask"],
     prompt: Annotated[str, Query(max_length=1000)],
+    t: FrameTime = None,
 ) -> Response:
-    f, p = state.indexed(image_id), clean_prompt(prompt)
+    f, p = state.indexed(image_id, t), clean_prompt(prompt)
 
     def make() -> tuple[Path | bytes, bool]:
         if kind == "mask":

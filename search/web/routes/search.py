@@ -1,4 +1,6 @@
-"""/api/search: one page of hits for the query algebra of `wherein search`."""
+"""/api/search: one page of hits for the query algebra of `wherein search`, through the same
+search service (search/service/search.py) the CLI calls; a video is one hit (its best frame's
+time, its duration and moments), with the URLs the page plays it and shows its frame by."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from wherein.search.web.responses import BadRequest, JSONResponse
+from wherein.schemas.records import Hit
+from wherein.search.web.files import BadRequest
+from wherein.search.web.responses import JSONResponse
 from wherein.search.web.routes.common import MAX_ID, json_schema_response, urls
 from wherein.search.web.state import Web, WebState
 
@@ -40,11 +44,16 @@ def search(
     near: Annotated[
         str | None, Query(max_length=100, description="LAT,LON[,KM] (GPS, default 10 km)")
     ] = None,
+    kind: Annotated[
+        Literal["photo", "video"] | None, Query(description="Only photos, or only videos")
+    ] = None,
     sort: Literal["score", "date", "taken", "path", "size"] = "score",
     page: Annotated[int, Query(ge=1)] = 1,
     per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = 48,
 ) -> JSONResponse:
     from wherein.search.api import Query as Q
+    from wherein.search.service.search import SearchRequest
+    from wherein.search.service.search import search as search_service
 
     if page * per_page > MAX_RESULTS:
         raise BadRequest(
@@ -68,27 +77,26 @@ def search(
         else min(-(-(end + 1) // PAGE_BLOCK) * PAGE_BLOCK, MAX_RESULTS + 1)
     )
 
-    def run() -> tuple[list, dict, list]:
-        hits = state.searcher.search(
-            query,
-            k=k,
-            min_probability=min_probability,
-            under=under,
-            sort=sort,
-            taken=taken,
-            camera=camera,
-            near=near,
-        )
-        timings = {k: round(v, 2) for k, v in state.searcher.last_timings.items()}
-        return hits, timings, list(state.searcher.last_warnings)
-
-    hits, timings, warnings = state.searching.submit(run).result()
+    request = SearchRequest(
+        query,
+        k=k,
+        min_probability=min_probability,
+        under=[under] if under is not None else [],
+        taken=taken,
+        camera=camera,
+        near=near,
+        kind=kind,
+        sort=sort,
+    )
+    result = state.searching.submit(search_service, state.searcher, request).result()
+    hits, warnings = result.hits, result.warnings
+    timings = {k: round(v, 2) for k, v in result.timings.items()}
     total = len(hits) if min_probability is not None else None
     chunk = hits[end - per_page : end]
     prompt = query.mask_prompt()
     if prompt and page == 1 and state.prefetch_masks > 0:
-        first = [h.id for h in chunk[: state.prefetch_masks]]
-        state.masks.prefetch([functools.partial(state.indexed, i) for i in first], prompt)
+        first = [(h.id, _moment(h)) for h in chunk[: state.prefetch_masks]]
+        state.masks.prefetch([functools.partial(state.indexed, i, t) for i, t in first], prompt)
     return JSONResponse(
         {
             "query": str(query),
@@ -97,12 +105,17 @@ def search(
             "per_page": per_page,
             "has_more": len(hits) > end,
             "total": total,
-            "hits": [{**h.to_dict(), **urls(h.id, h.sha256)} for h in chunk],
+            "hits": [{**h.to_dict(), **urls(h.id, h.sha256, _moment(h))} for h in chunk],
             "timings": timings,
             "warnings": warnings,
             "standin": state.searcher.models.is_standin,
         }
     )
+
+
+def _moment(h: Hit) -> float | None:
+    """The time a video hit is shown at (its best frame's); None for a photo."""
+    return h.time if h.kind == "video" and h.time is not None else None
 
 
 def _check_indexed(state: WebState, image_id: int) -> None:

@@ -3,16 +3,19 @@
 
 const $ = (id) => document.getElementById(id);
 const state = {
-  q: "", like: [], minProb: 0, under: "", taken: "", camera: "", near: "",
+  q: "", like: [], minProb: 0, under: "", taken: "", camera: "", near: "", kind: "",
   sort: "score", page: 1, perPage: 48,
 };
-const PHOTO_FILTERS = ["taken", "camera", "near"];
+const FILTERS = ["taken", "camera", "near", "kind"];  // text filters kept in the address
 let hits = [];        // the hits on this page
 let current = -1;     // index in hits of the open detail view
 let maskPrompt = "";  // default prompt from the last search
 let searchSeq = 0;    // drops answers to superseded searches
 let maskSeq = 0;
 let whereSeq = 0;     // drops the grid boxes of superseded searches
+let moments = [];     // the open video hit's moments ({start, end, time, score, probability})
+let moment = -1;      // index in moments of the one shown
+let pendingSeek = null;  // a time to seek to once the video's metadata is in
 
 // -- URL <-> state: the address bar holds the search, so back/forward and reload work ----------
 function readHash() {
@@ -21,7 +24,7 @@ function readHash() {
   state.like = p.getAll("like").map(Number).filter((n) => Number.isInteger(n) && n > 0);
   state.minProb = Number(p.get("p")) || 0;
   state.under = p.get("under") || "";
-  for (const f of PHOTO_FILTERS) state[f] = p.get(f) || "";
+  for (const f of FILTERS) state[f] = p.get(f) || "";
   state.sort = p.get("sort") || "score";
   state.page = Math.max(1, parseInt(p.get("page") || "1", 10) || 1);
   state.perPage = parseInt(p.get("n") || "48", 10) || 48;
@@ -33,7 +36,7 @@ function writeHash() {
   state.like.forEach((id) => p.append("like", String(id)));
   if (state.minProb) p.set("p", String(state.minProb));
   if (state.under) p.set("under", state.under);
-  for (const f of PHOTO_FILTERS) if (state[f]) p.set(f, state[f]);
+  for (const f of FILTERS) if (state[f]) p.set(f, state[f]);
   if (state.sort !== "score") p.set("sort", state.sort);
   if (state.page > 1) p.set("page", String(state.page));
   if (state.perPage !== 48) p.set("n", String(state.perPage));
@@ -46,7 +49,7 @@ function syncControls() {
   $("min-prob").value = String(state.minProb);
   $("min-prob-out").textContent = state.minProb ? state.minProb.toFixed(2) : "off";
   $("under").value = state.under;
-  for (const f of PHOTO_FILTERS) $(f).value = state[f];
+  for (const f of FILTERS) $(f).value = state[f];
   $("sort").value = state.sort;
   $("per-page").value = String(state.perPage);
   renderChips();
@@ -83,7 +86,7 @@ async function runSearch() {
   try {
     const r = await api("/api/search", {
       q: state.q, like: state.like, min_probability: state.minProb || null,
-      under: state.under, taken: state.taken, camera: state.camera, near: state.near,
+      under: state.under, taken: state.taken, camera: state.camera, near: state.near, kind: state.kind,
       sort: state.sort, page: state.page, per_page: state.perPage,
     });
     if (seq !== searchSeq) return;
@@ -128,7 +131,7 @@ async function showWhere(shown, prompt) {
   for (const h of shown) {
     if (seq !== whereSeq) return;
     let m = null;
-    try { m = await api(`/api/mask/${h.id}`, { prompt }); } catch (_) { continue; }  // no mask: no box
+    try { m = await api(`/api/mask/${h.id}`, { prompt, t: frameTime(h) }); } catch (_) { continue; }  // no mask: no box
     if (seq !== whereSeq) return;
     drawWhere(h.id, m);
   }
@@ -165,9 +168,15 @@ function card(h, i) {
   img.alt = basename(h.path);
   img.src = h.thumb_url;
   thumb.appendChild(img);
+  if (isVideo(h)) {
+    // The thumbnail is the best frame; the badge says it is a video, and how long.
+    const badge = el("span", "badge", `\u25B6 ${clock(h.duration)}`);
+    badge.title = `video, ${clock(h.duration)}; best at ${clock(h.time)}`;
+    thumb.appendChild(badge);
+  }
   const meta = document.createElement("div");
   meta.className = "meta";
-  const name = el("div", "name", basename(h.path));
+  const name = el("div", "name", basename(h.path) + (isVideo(h) ? ` @ ${clock(h.time)}` : ""));
   name.title = h.path;
   const nums = document.createElement("div");
   nums.className = "nums";
@@ -215,8 +224,98 @@ function openDetail(i) {
   $("d-score").textContent = h.score.toFixed(4);
   $("d-size").textContent = `${h.width ?? "?"} × ${h.height ?? "?"} px · ${humanBytes(h.size)}`;
   $("d-prompt").value = maskPrompt;
+  openVideo(h);
   if (!$("detail").open) $("detail").showModal();
   if (maskPrompt) showMask(maskPrompt); else showOriginal();
+}
+
+// -- a video hit: the player starts paused at the moment; the timeline marks the moments --------
+function openVideo(h) {
+  const v = $("d-video");
+  const video = isVideo(h);
+  for (const e of document.querySelectorAll(".video-only")) e.hidden = !video;
+  $("d-videobar").hidden = !video;
+  v.hidden = !video;
+  $("v-original").textContent = video ? "Video" : "Original";
+  $("d-img").hidden = video;  // a video's overlay shows once its frame's mask is in
+  v.pause();
+  if (!video) {
+    moments = [];
+    moment = -1;
+    pendingSeek = null;
+    if (v.getAttribute("src")) { v.removeAttribute("src"); v.load(); }
+    return;
+  }
+  moments = (h.moments && h.moments.length ? h.moments : [{ start: h.time, end: h.time, time: h.time, score: h.score, probability: h.probability }])
+    .slice().sort((a, b) => a.start - b.start || a.time - b.time);
+  // The hit's own moment (its best frame's) first, else the first one.
+  moment = Math.max(0, moments.findIndex((m) => m.time === h.time));
+  if (v.getAttribute("src") !== h.video_url) { v.src = h.video_url; }
+  seekTo(moments[moment].time);
+  renderTimeline();
+}
+
+function seekTo(t) {
+  const v = $("d-video");
+  v.pause();
+  if (v.readyState >= 1) { pendingSeek = null; v.currentTime = t; } else pendingSeek = t;
+  showClock();
+}
+
+function videoDuration() {
+  const h = hits[current];
+  const v = $("d-video");
+  return (h && h.duration) || (isFinite(v.duration) ? v.duration : 0) || Math.max(0, ...moments.map((m) => m.end));
+}
+
+function renderTimeline() {
+  const line = $("d-timeline");
+  const d = videoDuration();
+  line.querySelectorAll(".mark").forEach((e) => e.remove());
+  moments.forEach((m, j) => {
+    const mark = document.createElement("button");
+    mark.type = "button";
+    mark.className = "mark" + (j === moment ? " on" : "");
+    mark.dataset.time = String(m.time);
+    mark.style.left = `${d ? (m.start / d) * 100 : 0}%`;
+    mark.style.width = `${d ? Math.max(0, ((m.end - m.start) / d) * 100) : 0}%`;
+    const p = m.probability !== null && m.probability !== undefined ? `, ${pct(m.probability)}` : "";
+    mark.title = `${clock(m.start)}–${clock(m.end)}, best at ${clock(m.time)}${p}`;
+    mark.setAttribute("aria-label", `moment ${j + 1}: ${mark.title}`);
+    mark.addEventListener("click", (e) => { e.stopPropagation(); gotoMoment(j); });
+    line.appendChild(mark);
+  });
+  $("d-prev-moment").disabled = moment <= 0;
+  $("d-next-moment").disabled = moment >= moments.length - 1;
+  const m = moments[moment];
+  $("d-moment").textContent = m ? `${clock(m.time)} (${moment + 1} of ${moments.length}: ${clock(m.start)}–${clock(m.end)})` : "–";
+  showClock();
+}
+
+function gotoMoment(j) {
+  if (j < 0 || j >= moments.length) return;
+  moment = j;
+  seekTo(moments[j].time);
+  renderTimeline();
+  // The overlay belongs to the paused frame: a new moment gets its own mask.
+  const p = $("d-prompt").value.trim();
+  if ($("v-overlay").classList.contains("on") && p) showMask(p); else showOriginal();
+}
+
+function showClock() {
+  const v = $("d-video");
+  const d = videoDuration();
+  const t = pendingSeek !== null ? pendingSeek : v.currentTime;
+  $("d-playhead").style.left = `${d ? Math.min(100, (t / d) * 100) : 0}%`;
+  $("d-clock").textContent = `${clock(t)} / ${clock(d)}`;
+  $("d-play").innerHTML = v.paused ? "&#9654;" : "&#10074;&#10074;";
+}
+
+function frameTime(h) {
+  // The moment a video hit's mask and frame are of: the one shown in the detail view, else its best.
+  if (!isVideo(h)) return null;
+  if (h === hits[current] && moments[moment]) return moments[moment].time;
+  return h.time;
 }
 
 async function showMask(prompt) {
@@ -227,9 +326,10 @@ async function showMask(prompt) {
   $("d-spinner").hidden = false;
   setView("overlay");
   try {
-    const m = await api(`/api/mask/${h.id}`, { prompt });
+    const m = await api(`/api/mask/${h.id}`, { prompt, t: frameTime(h) });
     if (seq !== maskSeq) return;
     await loadImage(m.overlay_url);
+    $("d-img").hidden = false;
     if (seq !== maskSeq) return;
     $("d-area").textContent = `${(m.mask_area * 100).toFixed(1)} % of the image`;
     const box = m.bbox && m.bbox.largest;
@@ -251,6 +351,12 @@ async function showMask(prompt) {
 function showOriginal() {
   const h = hits[current];
   setView("original");
+  if (isVideo(h)) {  // the player itself, paused at the moment
+    $("d-img").hidden = true;
+    $("d-spinner").hidden = true;
+    return;
+  }
+  $("d-img").hidden = false;
   $("d-spinner").hidden = false;
   loadImage(h.image_url).catch((err) => {
     $("d-error").textContent = err.message;
@@ -311,6 +417,17 @@ function setMessage(text, isError) {
   $("message").classList.toggle("error", !!isError);
 }
 const basename = (p) => p.split(/[\\/]/).pop();
+const isVideo = (h) => !!(h && h.video_url);
+function clock(t) {
+  // m:ss (h:mm:ss past an hour); tenths under ten seconds, where moments are close together
+  if (t === null || t === undefined || !isFinite(t)) return "?";
+  const tenths = Math.round(Math.max(0, t) * 10) / 10;
+  if (tenths < 10) return `0:0${tenths.toFixed(1)}`;
+  const s = Math.round(tenths);
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = Math.floor(s % 60);
+  const ss = String(sec).padStart(2, "0");
+  return h ? `${h}:${String(m).padStart(2, "0")}:${ss}` : `${m}:${ss}`;
+}
 const pct = (x) => `${(x * 100).toFixed(x < 0.1 ? 1 : 0)} %`;
 function humanBytes(n) {
   if (n === null || n === undefined) return "?";
@@ -356,7 +473,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("min-prob").addEventListener("change", () => { state.minProb = Number($("min-prob").value); state.page = 1; go(); });
   $("under").addEventListener("change", () => { state.under = $("under").value.trim(); state.page = 1; go(); });
-  for (const f of PHOTO_FILTERS) {
+  for (const f of FILTERS) {
     $(f).addEventListener("change", () => { state[f] = $(f).value.trim(); state.page = 1; go(); });
   }
   $("sort").addEventListener("change", () => { state.sort = $("sort").value; state.page = 1; go(); });
@@ -372,12 +489,43 @@ document.addEventListener("DOMContentLoaded", () => {
   $("v-overlay").addEventListener("click", () => { const p = $("d-prompt").value.trim(); if (p) showMask(p); });
   $("v-original").addEventListener("click", () => { maskSeq++; showOriginal(); });
   $("d-close").addEventListener("click", () => $("detail").close());
+  $("detail").addEventListener("close", () => $("d-video").pause());
+  const v = $("d-video");
+  v.addEventListener("loadedmetadata", () => {
+    if (pendingSeek !== null) { v.currentTime = pendingSeek; pendingSeek = null; }
+    renderTimeline();  // the duration may only be known now
+  });
+  v.addEventListener("timeupdate", showClock);
+  v.addEventListener("seeked", showClock);
+  v.addEventListener("pause", showClock);
+  v.addEventListener("play", () => {
+    // Playing leaves the paused frame: the overlay (of that frame) goes.
+    maskSeq++;
+    setView("original");
+    $("d-img").hidden = true;
+    $("d-spinner").hidden = true;
+    showClock();
+  });
+  $("d-play").addEventListener("click", () => { if (v.paused) v.play().catch(() => {}); else v.pause(); });
+  $("d-prev-moment").addEventListener("click", () => gotoMoment(moment - 1));
+  $("d-next-moment").addEventListener("click", () => gotoMoment(moment + 1));
+  $("d-timeline").addEventListener("click", (e) => {
+    // A click between the marks seeks there, showing the video itself.
+    const box = $("d-timeline").getBoundingClientRect();
+    const d = videoDuration();
+    if (!d || !box.width) return;
+    maskSeq++;
+    showOriginal();
+    seekTo(Math.min(d, Math.max(0, ((e.clientX - box.left) / box.width) * d)));
+  });
   $("d-like").addEventListener("click", moreLikeThis);
   $("detail").addEventListener("click", (e) => { if (e.target === $("detail")) $("detail").close(); });
   $("detail").addEventListener("keydown", (e) => {
     if (e.target.tagName === "INPUT") return;
     if (e.key === "ArrowRight" && current < hits.length - 1) openDetail(current + 1);
     if (e.key === "ArrowLeft" && current > 0) openDetail(current - 1);
+    if (e.key === "]" && moments.length) gotoMoment(moment + 1);
+    if (e.key === "[" && moments.length) gotoMoment(moment - 1);
   });
   window.addEventListener("popstate", () => { readHash(); runSearch(); });
   readHash();

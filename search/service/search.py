@@ -1,0 +1,205 @@
+"""The search workflow: a query in, ranked hits out, with their masks and export when asked.
+
+    from wherein.search.api import open_index
+    from wherein.search.service.search import SearchRequest, search
+
+    with open_index() as searcher:
+        result = search(searcher, SearchRequest("a red car", k=20, kind="video"))
+        print(result.to_dict())           # schemas/search.schema.json
+
+`wherein search` builds a ``SearchRequest`` from its options and renders the
+``SearchResult``; the web app's /api/search calls the same function with its shared
+Searcher. The request is checked before any model loads: the query, a mask prompt to
+segment, and the export's format and destination (never into the index folder, never over
+an input of the query).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wherein.schemas.errors import UsageError
+from wherein.schemas.records import Hit
+from wherein.search.api import Query, Searcher, add_masks
+from wherein.search.photofilter import Near, TakenRange
+
+DEFAULT_MASK_DIR = Path("wherein-masks")
+
+
+@dataclass(frozen=True)
+class MaskRequest:
+    """Segment where the match is in each hit (CLIPSeg). prompt: what to segment (None: the
+    query's first positive text term); min_area: drop hits whose mask covers less of the
+    image; full_size_overlays: overlays at the image's size, not a preview."""
+
+    prompt: str | None = None
+    out_dir: Path = DEFAULT_MASK_DIR
+    min_area: float | None = None
+    full_size_overlays: bool = False
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """Write the hits to path (- for standard output) as fmt (None: from the suffix);
+    category_from_labels: a mask export names each mask by the image's best stored label."""
+
+    path: Path | str
+    fmt: str | None = None
+    category_from_labels: bool = False
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search; the selection fields mean what ``Searcher.search``'s arguments mean."""
+
+    query: Query | str
+    k: int | None = None
+    min_probability: float | None = None
+    min_score: float | None = None
+    under: str | Path | Sequence[str | Path] = ()  # one folder, or any of several
+    glob: str | Sequence[str] = ()
+    taken: str | TakenRange | None = None
+    camera: str | None = None
+    near: str | Near | None = None
+    kind: str | None = None  # "photo" or "video"
+    frames: bool = False  # a video's frames as hits of their own
+    sort: str = "score"
+    reverse: bool = False
+    mask: MaskRequest | None = None
+    export: ExportRequest | None = None
+    check_exists: bool = True
+
+
+@dataclass
+class SearchResult:
+    """What a search found: the hits (ranked, then sorted as asked), what the user should
+    hear about it, where its time went (ms), and the models that answered."""
+
+    query: str
+    hits: list[Hit]
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    models: dict[str, Any] = field(default_factory=dict)
+    mask_prompt: str | None = None
+    exported: Path | None = None  # where the export went (None: no export)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schemas/search.schema.json); each hit as hit.schema.json says."""
+        return {
+            "query": self.query,
+            "mask_prompt": self.mask_prompt,
+            "hits": [h.to_dict() for h in self.hits],
+            "warnings": list(self.warnings),
+            "timings": dict(self.timings),
+            "models": dict(self.models),
+            "export": None if self.exported is None else str(self.exported),
+        }
+
+
+def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
+    """Run one search on an open Searcher (see the module docstring)."""
+    q = _query(request.query)
+    prompt = _mask_prompt(q, request.mask)
+    keep = _check_export(searcher, q, request)
+    hits = searcher.search(
+        q,
+        k=request.k,
+        min_probability=request.min_probability,
+        min_score=request.min_score,
+        under=request.under,
+        glob=request.glob,
+        sort=request.sort,
+        reverse=request.reverse,
+        check_exists=request.check_exists,
+        taken=request.taken,
+        camera=request.camera,
+        near=request.near,
+        kind=request.kind,
+        frames=request.frames,
+    )
+    timings, warnings = dict(searcher.last_timings), list(searcher.last_warnings)
+    labels = None
+    if request.export is not None and request.export.category_from_labels:
+        from wherein.search.export.labels import best_labels
+
+        labels = best_labels(searcher.store.catalog, [h.id for h in hits])
+    if request.mask is not None:
+        assert prompt is not None  # _mask_prompt refuses a mask with nothing to segment
+        hits = _masks(searcher, hits, prompt, request.mask)
+    exported = None
+    if request.export is not None:
+        from wherein.search.export.hits import write_export
+
+        e = request.export
+        exported = write_export(hits, e.path, e.fmt, prompt=prompt, labels=labels, keep=keep)
+    return SearchResult(
+        query=str(q),
+        hits=hits,
+        warnings=warnings,
+        timings=timings,
+        models=models_used(searcher),
+        mask_prompt=prompt if request.mask is not None else q.mask_prompt(),
+        exported=exported,
+    )
+
+
+def models_used(searcher: Searcher) -> dict[str, Any]:
+    """The models that answer a Searcher's queries: folder, embedding space, stand-ins or
+    not, the prompt template (None: raw text)."""
+    return {
+        "root": str(searcher.models.root),
+        "space": searcher.models.space,
+        "standin": searcher.models.is_standin,
+        "template": searcher.template if isinstance(searcher.template, str) else None,
+    }
+
+
+def _masks(searcher: Searcher, hits: list[Hit], prompt: str, mask: MaskRequest) -> list[Hit]:
+    # The index's vision store: another prompt on these hits later runs only the decoder.
+    return add_masks(
+        hits,
+        prompt,
+        mask.out_dir,
+        searcher.models.root,
+        mask.min_area,
+        full_size_overlays=mask.full_size_overlays,
+        index_dir=searcher.store.dir,
+    )
+
+
+def _query(query: Query | str) -> Query:
+    q = Query.parse(query) if isinstance(query, str) else query
+    q.validate()
+    return q
+
+
+def _mask_prompt(q: Query, mask: MaskRequest | None) -> str | None:
+    if mask is None:
+        return None
+    prompt = q.mask_prompt(mask.prompt)
+    if not prompt:
+        raise UsageError("--mask needs a text term or --mask-prompt to know what to segment")
+    return prompt
+
+
+def _check_export(searcher: Searcher, q: Query, request: SearchRequest) -> list[Any]:
+    """What the export may not write (the index folder, the query's photos), after checking
+    that it can be written at all: before the search, not after it."""
+    export = request.export
+    if export is None:
+        return []
+    from wherein.search.export.destination import Keep
+    from wherein.search.export.hits import check_export
+
+    if export.category_from_labels and request.mask is None:
+        raise UsageError("--category-from-labels only applies with --mask --export")
+    keep = [Keep(searcher.store.dir, "the index folder")]
+    photos = [t.value for t in q.image_terms if t.kind == "image"]
+    keep += [Keep(Path(p), "an input of this command") for p in photos]
+    f = check_export(export.path, export.fmt, keep, masks=True)
+    if f.kind == "labels" and request.mask is None:
+        raise UsageError(f"a {f.name} export holds masks: add --mask")
+    return keep

@@ -1,0 +1,39 @@
+"""/api/video/{id}: an indexed video's bytes, by HTTP range, for the page's <video>."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header
+from fastapi.responses import Response, StreamingResponse
+
+from wherein.search.web import videos
+from wherein.search.web.ranges import Unsatisfiable
+from wherein.search.web.responses import error_response
+from wherein.search.web.routes.common import ImageId
+from wherein.search.web.state import Web
+
+router = APIRouter()
+
+VIDEO_RESPONSES: dict[int | str, dict] = {
+    200: {"description": "The whole video", "content": {"video/mp4": {}}},
+    206: {"description": "The byte range asked for (Content-Range)", "content": {"video/mp4": {}}},
+    404: {"description": "No such video in the index, or its file is gone"},
+    409: {"description": "The file changed since it was indexed: refused"},
+    416: {"description": "The range starts past the end of the file"},
+}
+
+
+@router.get("/api/video/{image_id}", response_class=Response, responses=VIDEO_RESPONSES)
+def video(
+    state: Web,
+    image_id: ImageId,
+    range_: Annotated[str | None, Header(alias="range", max_length=200)] = None,
+) -> Response:
+    f = videos.require_video(state.file(image_id))
+    with state.serving(f):
+        try:
+            out = videos.body(f, range_)
+        except Unsatisfiable as exc:
+            return error_response(416, str(exc), {"Content-Range": f"bytes */{exc.size}"})
+    return StreamingResponse(out.chunks, status_code=out.status, headers=out.headers)

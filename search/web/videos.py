@@ -1,0 +1,113 @@
+"""An indexed video for the page: its bytes by range (to play it), one frame of it (a
+thumbnail, the paused frame under a mask).
+
+Like a photo, a video is addressed by catalog id and served only while its file is the
+indexed content (files.py); the check reads the file's descriptor, and what is served is
+read from that same descriptor, so a file swapped after the check never goes out. Only a
+catalog row that is a video serves here: a photo's id, or an id not in the index, is a 404.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from PIL import Image
+
+from wherein.search.web.files import BadRequest, IndexedFile, NotFound, opened_verified
+from wherein.search.web.ranges import byte_range, content_range
+
+# Container format (the catalog's `format`: the file's extension) -> what a browser is told.
+MEDIA_TYPES = {
+    "mp4": "video/mp4",
+    "m4v": "video/mp4",  # browsers play "video/x-m4v" less readily; it is MP4
+    "mov": "video/quicktime",
+    "qt": "video/quicktime",
+    "3gp": "video/3gpp",
+    "3g2": "video/3gpp2",
+    "mkv": "video/x-matroska",
+    "webm": "video/webm",
+    "avi": "video/x-msvideo",
+}
+CHUNK = 1 << 18  # bytes per read while streaming a range
+
+
+def is_video_format(fmt: str | None) -> bool:
+    """Whether the catalog's `format` of a file (its extension for a video) is a video's."""
+    return (fmt or "").lower().lstrip(".") in MEDIA_TYPES
+
+
+def is_video(f: IndexedFile) -> bool:
+    return is_video_format(f.format)
+
+
+def media_type(f: IndexedFile) -> str:
+    return MEDIA_TYPES[(f.format or "").lower().lstrip(".")]
+
+
+def require_video(f: IndexedFile) -> IndexedFile:
+    if not is_video(f):
+        raise NotFound(f"image {f.id}: not a video in this index")
+    return f
+
+
+@dataclass
+class Body:
+    """What to send of a video: status 200 (all) or 206 (first..last), its headers, and the
+    bytes, read from the verified descriptor as they are sent (then it is closed)."""
+
+    status: int
+    headers: dict[str, str]
+    chunks: Iterator[bytes]
+
+
+def body(f: IndexedFile, range_header: str | None) -> Body:
+    """The response to a GET of the video with this Range header (None: none). NotFound /
+    FileChanged before any byte, as for a photo; ranges.Unsatisfiable for a range past the
+    end."""
+    stack = ExitStack()
+    try:
+        fd = stack.enter_context(opened_verified(f))
+        rng = byte_range(range_header, f.size)
+    except BaseException:
+        stack.close()
+        raise
+    first, last = rng if rng is not None else (0, f.size - 1)
+    headers = {
+        "Accept-Ranges": "bytes",
+        "Content-Length": str(last - first + 1),
+        "Content-Type": media_type(f),
+        "Cache-Control": "private, max-age=86400",
+    }
+    if rng is not None:
+        headers["Content-Range"] = content_range(first, last, f.size)
+    return Body(206 if rng is not None else 200, headers, _read(stack, fd, first, last))
+
+
+def _read(stack: ExitStack, fd: int, first: int, last: int) -> Iterator[bytes]:
+    with stack:  # closes the descriptor when the last byte is out, or the client has gone
+        at = first
+        while at <= last:
+            chunk = os.pread(fd, min(CHUNK, last - at + 1), at)
+            if not chunk:
+                return  # cut short since the check: the client sees a short body
+            yield chunk
+            at += len(chunk)
+
+
+def frame_image(f: IndexedFile) -> Image.Image:
+    """The frame a player shows at f.time seconds, full size, read from the verified file."""
+    from wherein.indexer.video import VideoError, frame_at  # PyAV: only when a frame is asked
+
+    t = f.time or 0.0
+    with opened_verified(require_video(f)) as fd:
+        # The descriptor's own path (Linux, and /dev/fd elsewhere) opens the very file checked.
+        via = next(
+            (p for p in (f"/proc/self/fd/{fd}", f"/dev/fd/{fd}") if os.path.exists(p)), f.path
+        )
+        try:
+            return frame_at(via, t).image()
+        except VideoError as exc:  # the content is the indexed one: it is the time that is off
+            raise BadRequest(f"t: image {f.id} has no frame at {t:g} s ({exc})") from None
