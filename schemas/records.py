@@ -32,6 +32,12 @@ STATUS_SCHEMA_PATH = Path(__file__).with_name("status.schema.json")
 INDEX_RUN_SCHEMA_PATH = Path(__file__).with_name("index.schema.json")
 EMBED_RUN_SCHEMA_PATH = Path(__file__).with_name("embed.schema.json")  # `wherein embed --json`
 SEARCH_SCHEMA_PATH = Path(__file__).with_name("search.schema.json")  # service.search.SearchResult
+# The service layer's results (search/service/): build-index, the curation summaries,
+# optimize/pull, and the --watch lines of `wherein index --json`.
+BUILD_INDEX_SCHEMA_PATH = Path(__file__).with_name("build-index.schema.json")
+CURATE_SCHEMA_PATH = Path(__file__).with_name("curate.schema.json")
+MODELS_SCHEMA_PATH = Path(__file__).with_name("models.schema.json")
+WATCH_SCHEMA_PATH = Path(__file__).with_name("watch.schema.json")
 
 # Always present in the JSON form, in this order (also the CSV column order).
 HIT_CORE_FIELDS = (

@@ -85,6 +85,10 @@ class BuildStats:
     train_seconds: float = 0.0
     add_seconds: float = 0.0
 
+    def to_dict(self) -> dict:
+        """The build as `wherein build-index --json` prints it (schemas/build-index.schema.json)."""
+        return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in vars(self).items()}
+
 
 # Below it the on-disk merge writes blocks of a handful of vectors each (a line per block):
 # no budget that small can be kept anyway, the quantizer alone is nlist x dim x 4 bytes.

@@ -11,8 +11,8 @@ import click
 
 from wherein.search.cli.options import (
     check_export_options,
+    choose_engine,
     engine_option,
-    export_keep,
     export_options,
     filter_options,
     format_options,
@@ -26,6 +26,11 @@ from wherein.search.cli.options import (
     standin_banner,
     top_option,
 )
+from wherein.search.service.export import export_to
+from wherein.search.service.feedback import Feedback
+
+# The CLI's feedback: the stand-in banner and notes on stderr (no progress bar).
+NOTES = Feedback(say=lambda m: click.echo(m, err=True), on_models=standin_banner)
 
 
 def register(cli: click.Group) -> None:
@@ -66,50 +71,27 @@ def output_options(masks: bool, rows: str = "rows") -> Callable[[Callable], Call
     return decorate
 
 
-def _emit(
-    hits,
-    fmt: str,
-    export_path,
-    export_fmt,
-    table: Callable[[list], str],
-    prompt: str | None = None,
-    labels=None,
-    index_dir=None,
-) -> str:
-    """Export (when asked), then print in the chosen format; returns the format used.
+def _show(hits, fmt: str, export, table: Callable[[list], str]) -> None:
+    """Say what was exported (when asked), then print the hits in the chosen format.
 
-    prompt/labels: what the masks show, for label exports (see write_export). An export
-    to - (standard output) is what stdout holds: the rows are not printed as well.
+    export: the service's Exported record, or None. An export to - (standard output) is
+    what stdout holds: the rows are not printed as well.
     """
     from wherein.search import output
-    from wherein.search.export.formats import export_format
-    from wherein.search.export.hits import write_export
 
-    to_stdout = str(export_path) == "-"
-    if export_path:
-        keep = export_keep(index_dir)
-        write_export(hits, export_path, export_fmt, prompt=prompt, labels=labels, keep=keep)
-        where = "standard output" if to_stdout else export_path
-        if export_format(export_path, export_fmt).kind == "labels":
-            masked = sum(1 for h in hits if h.mask_path)
-            click.echo(f"exported the masks of {masked} image(s) to {where}", err=True)
+    if export is not None:
+        where = "standard output" if export.to_stdout else export.path
+        if export.kind == "labels":
+            click.echo(f"exported the masks of {export.masked} image(s) to {where}", err=True)
         else:
-            click.echo(f"exported {len(hits)} row(s) to {where}", err=True)
-    if to_stdout:
-        return fmt
+            click.echo(f"exported {export.rows} row(s) to {where}", err=True)
+        if export.to_stdout:
+            return
     if fmt == "table":
         text = table(hits)
         sys.stdout.write(text + ("\n" if text else ""))
     else:
         sys.stdout.write(output.render(hits, fmt))
-    return fmt
-
-
-def _stored_labels(searcher, hits):
-    """Each hit's most likely label from `wherein label`, to name its mask in an export."""
-    from wherein.search.export.labels import best_labels
-
-    return best_labels(searcher.store.catalog, [h.id for h in hits])
 
 
 def _pixels(h) -> str:
@@ -213,8 +195,7 @@ def select(
       wherein select dog -p 0.5 --mask --engine ray --export dogs.coco.json
     """
     from wherein.search import output
-    from wherein.search.api import MODEL_TEMPLATE, Query, add_masks, open_index
-    from wherein.search.curate import select as S
+    from wherein.search.service import curate as C
 
     if copy_to and link_to:
         raise click.UsageError("use --copy-to or --link-to, not both")
@@ -224,66 +205,63 @@ def select(
         raise click.UsageError("--out only applies with --mask")
     if category_from_labels and not (mask and export_path):
         raise click.UsageError("--category-from-labels only applies with --mask --export")
-    _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt)
-    q = Query.build(list(query))
-    q.validate()
-    if not q.has_text:
-        raise click.UsageError("select needs a text term (the probability is calibrated for text)")
-    with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
-        standin_banner(searcher.models)
-        hits = S.select(
-            searcher,
-            q,
-            min_probability,
-            k,
-            under=list(under),
-            glob=list(glob),
-            taken=taken,
-            camera=camera,
-            near=near,
-            kind=kind,
-            frames=frames,
-        )
-        for warning in searcher.last_warnings:
-            click.echo(f"warning: {warning}", err=True)
-        models_root, index_root = searcher.models.root, searcher.store.dir
-        labels = _stored_labels(searcher, hits) if category_from_labels else None
-    dest = copy_to or link_to
-    placements = (
-        S.plan(hits, dest, "flat" if flat else "tree") if dest else []
-    )  # checked before any work
-    prompt = q.mask_prompt() if mask else None
+    chosen = _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt)
+    request = C.SelectRequest(
+        query,
+        min_probability,
+        k,
+        under=under,
+        glob=glob,
+        taken=taken,
+        camera=camera,
+        near=near,
+        kind=kind,
+        frames=frames,
+        raw=raw,
+        copy_to=copy_to,
+        link_to=link_to,
+        flat=flat,
+        mask=mask,
+        out_dir=out_dir,
+        category_from_labels=category_from_labels,
+        engine=chosen,
+        export_path=export_path,
+        export_fmt=export_fmt,
+        index_dir=index_dir,
+        models_dir=models_dir,
+    )
+    bar = progress(False, fmt)
+    feedback = Feedback(bar.write, bar.update, bar.reset, on_models=standin_banner)
+    try:
+        result = C.select(request, feedback)
+    finally:
+        bar.close()
     shown = output.photo_columns(None, taken, camera, near)
-
-    def render_table(hs) -> str:
-        return output.to_table(hs, shown, near)
-
-    if prompt and engine == "ray":
-        hits = _masks_on_ray(
-            hits, prompt, export_path, export_fmt, models_root, labels, ray_address, fmt, index_dir
-        )
-        _emit(hits, fmt, None, None, render_table)
-    else:
-        if prompt:
-            hits = add_masks(
-                hits, prompt, out_dir or Path("wherein-masks"), models_root, index_dir=index_root
-            )
-        _emit(hits, fmt, export_path, export_fmt, render_table, prompt, labels, index_dir)
-    if dest:
-        made = S.materialise(placements, "link" if link_to else "copy")
-        click.echo(f"{'linked' if link_to else 'copied'} {len(made)} file(s) into {dest}", err=True)
-    if not hits:
+    step = result.mask
+    if step is not None and step.ray is not None:
+        _ray_lines(step.ray, export_path)
+    ray_export = step is not None and step.ray is not None
+    _show(
+        result.hits,
+        fmt,
+        None if ray_export else result.export,
+        lambda hs: output.to_table(hs, shown, near),
+    )
+    if result.placed:
+        placed = result.placed
+        verb = "linked" if placed.mode == "link" else "copied"
+        click.echo(f"{verb} {placed.files} file(s) into {placed.dest}", err=True)
+    if not result.hits:
         click.echo(f"no image reaches probability {min_probability}", err=True)
 
 
-def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt) -> None:
-    """--engine ray masks into a label export only; a bad --ray-address fails before the search."""
+def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt):
+    """--engine ray masks into a label export only (usage errors); the chosen Engine."""
     from wherein.search.export.formats import LABEL_FORMATS, export_format, listing
 
-    if engine != "ray":
-        if ray_address:
-            raise click.UsageError("--ray-address only applies with --engine ray")
-        return
+    chosen = choose_engine(engine, ray_address)
+    if not chosen.on_ray:
+        return chosen
     if not mask:
         raise click.UsageError("--engine ray runs the mask step: add --mask")
     if out_dir:
@@ -298,44 +276,11 @@ def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt) -
         raise click.UsageError(
             "--engine ray keeps its shards beside the export: --export a file or folder, not -"
         )
-    if ray_address:
-        from wherein.indexer.scale.ray_connect import check_reachable, resolve
-
-        # Now, not after the search: a wrong address is one line in seconds, and no work
-        # folder is left behind. The token is checked when the cluster is joined.
-        check_reachable(resolve(ray_address))
+    return chosen
 
 
-def _masks_on_ray(
-    hits, prompt, export_path, export_fmt, models_root, labels, address, fmt, index_dir
-):
-    """Every hit's mask on Ray into the label export (resumable); the hits with mask fields."""
-    from wherein.search.curate.masks_at_scale import export_masks
-    from wherein.search.export.formats import export_format
-
-    bar = progress(False, fmt)
-    try:
-        hits, stats = export_masks(
-            hits,
-            prompt,
-            export_path,
-            export_format(export_path, export_fmt).name,
-            models_root,
-            labels,
-            address,
-            say=bar.write,
-            progress=bar.update,
-            on_total=bar.reset,
-            keep=export_keep(index_dir),
-        )
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] == "ray":
-            raise click.ClickException(
-                "ray is not installed: pip install 'wherein[scale]'"
-            ) from None
-        raise
-    finally:
-        bar.close()
+def _ray_lines(stats, export_path) -> None:
+    """What the Ray mask step did; an interrupted one exits 130 (its shards are kept)."""
     kept = stats.done_before + stats.written
     if stats.interrupted:
         click.echo(
@@ -351,7 +296,6 @@ def _masks_on_ray(
         f"({stats.shards} shard(s) on Ray{before}{failed})",
         err=True,
     )
-    return hits
 
 
 # -- label ----------------------------------------------------------------------------------
@@ -385,20 +329,13 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
       wherein label --labels "cat,dog,car"
       wherein label -l "indoor,outdoor" --template "a photo taken {}" --export io.parquet
     """
-    from wherein.search.api import open_index
-    from wherein.search.curate import labels as L
+    from wherein.search.service import curate as C
 
     if raw and template:
         raise click.UsageError("use --raw or --template, not both")
-    names = L.parse_labels(labels)
-    if template:
-        L.check_template(template)
-    with open_index(index_dir, models_dir) as searcher:
-        tmpl = L.check_template(L.RAW_TEMPLATE if raw else (template or searcher.template or "{}"))
-        standin_banner(searcher.models)
-        run = L.compute_labels(searcher, names, tmpl)
-        stored = 0 if no_store else L.store_labels(searcher.store.catalog, run)
-        hits = L.label_hits(searcher.store.catalog, run)
+    to = export_to(export_path, export_fmt, index_dir)
+    result = C.label(labels, template, raw, not no_store, index_dir, models_dir, to, NOTES)
+    names = result.labels
 
     def render_table(hs) -> str:
         from wherein.search.output import table as tbl
@@ -416,11 +353,11 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
         ]
         return tbl(rows, ["rank", "best", *cols.values(), "path"])
 
-    _emit(hits, fmt, export_path, export_fmt, render_table, index_dir=index_dir)
+    _show(result.hits, fmt, result.export, render_table)
     if not no_store:
         click.echo(
-            f"stored {stored} probabilities ({len(names)} label(s) x {len(run.ids)} image(s)) "
-            f"in the catalog's labels table",
+            f"stored {result.stored} probabilities ({len(names)} label(s) x {result.images} "
+            "image(s)) in the catalog's labels table",
             err=True,
         )
 
@@ -452,27 +389,14 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
       wherein dupes --threshold 0.97 --export dupes.csv
       wherein dupes --redundant --paths0 | xargs -0 gio trash
     """
-    from wherein.indexer import paths as P
-    from wherein.indexer.models.modeldir import is_standin_space
-    from wherein.indexer.store.index_store import IndexStore
-    from wherein.search.curate.dupes import find_duplicates
     from wherein.search.output import human_bytes
     from wherein.search.output import table as tbl
+    from wherein.search.service import curate as C
 
     if exact and threshold is not None:
         raise click.UsageError("--threshold does not apply with --exact")
-    with IndexStore.open(P.index_dir(index_dir)) as store:
-        space = store.catalog.get_meta("space")
-        standin_banner(space=space, index=store.dir)
-        if redundant and not exact and is_standin_space(space):
-            raise click.ClickException(
-                "--redundant would suggest deleting photos that only share colours: this index "
-                "was made with the stand-in models, which see nothing else (byte-identical "
-                "copies: --exact --redundant; real models: `wherein models pull`, then "
-                "`wherein index` again)"
-            )
-        report = find_duplicates(store, threshold, exact_only=exact)
-    hits = [h for h in report.hits if not (redundant and h.extra["keeper"])]
+    to = export_to(export_path, export_fmt, index_dir)
+    report = C.dupes(threshold, exact, redundant, index_dir, to, NOTES)
 
     def render_table(hs) -> str:
         rows = [
@@ -490,8 +414,8 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
         ]
         return tbl(rows, ["group", "size", "keep", "match", "cosine", "pixels", "bytes", "path"])
 
-    out_fmt = _emit(hits, fmt, export_path, export_fmt, render_table, index_dir=index_dir)
-    if out_fmt == "table":
+    _show(report.hits, fmt, report.export, render_table)
+    if fmt == "table":
         how = "exact copies" if report.threshold is None else f"cosine >= {report.threshold:g}"
         click.echo(
             f"{report.groups} group(s) ({how}); {report.redundant} redundant file(s), "
@@ -525,14 +449,11 @@ def unique(k, show_all, neighbours, fmt, export_path, export_fmt, index_dir, mod
       wherein unique -k 20 --neighbours 10
       wherein unique --all --export uniqueness.csv
     """
-    from wherein.indexer import paths as P
-    from wherein.indexer.store.index_store import IndexStore
-    from wherein.search.curate.unique import unique_hits
     from wherein.search.output import table as tbl
+    from wherein.search.service import curate as C
 
-    with IndexStore.open(P.index_dir(index_dir)) as store:
-        standin_banner(space=store.catalog.get_meta("space"), index=store.dir)
-        hits = unique_hits(store, neighbours, None if show_all else k)
+    to = export_to(export_path, export_fmt, index_dir)
+    result = C.unique(neighbours, None if show_all else k, index_dir, to, NOTES)
 
     def render_table(hs) -> str:
         rows = [
@@ -546,4 +467,4 @@ def unique(k, show_all, neighbours, fmt, export_path, export_fmt, index_dir, mod
         ]
         return tbl(rows, ["rank", "uniqueness", "pixels", "path"])
 
-    _emit(hits, fmt, export_path, export_fmt, render_table, index_dir=index_dir)
+    _show(result.hits, fmt, result.export, render_table)

@@ -26,25 +26,21 @@ def register(cli: click.Group) -> None:
     @friendly_errors
     def demo(ctx, workdir: Path, query: str, models_dir):
         """Index a sample collection and search it (stand-in models when no real ones are present)."""
-        from wherein.indexer import paths as P
-        from wherein.indexer.models.modeldir import ModelDir
-        from wherein.indexer.samples import write_sample
+        from wherein.search.service import models as M
 
-        models = ModelDir(P.models_dir(models_dir))
-        if not models.image_dir.is_dir() or models.is_standin:
-            from wherein.indexer.models.standins import build_standin_models
-
+        models_root, real = M.real_models(models_dir)
+        if not real:
             standin = workdir / "standin-models"
             click.echo(
-                f"No real models in {models.root}: building tiny stand-ins into {standin}.\n"
+                f"No real models in {models_root}: building tiny stand-ins into {standin}.\n"
                 "For real SigLIP 2 + CLIPSeg run `wherein models pull` (about 1 GB)."
             )
-            models = ModelDir(build_standin_models(standin))
-            _optimize_like_pull(models, workdir / "index")
+            models_root = M.build_standins(standin)
+            _optimize_like_pull(models_root, workdir / "index")
         else:
-            click.echo(f"Using the real models in {models.root}.")
+            click.echo(f"Using the real models in {models_root}.")
         photos = workdir / "photos"
-        write_sample(photos)
+        M.sample_photos(photos)
         index_dir = workdir / "index"
         click.echo(f"\n$ wherein index {photos} --index {index_dir}")
         # Every other parameter takes its default (ctx.invoke fills them in).
@@ -52,20 +48,20 @@ def register(cli: click.Group) -> None:
             cli.commands["index"],
             paths=(photos,),
             index_dir=index_dir,
-            models_dir=models.root,
+            models_dir=models_root,
             quiet=True,
         )
         click.echo(f"\n$ wherein status --check --index {index_dir}")
-        ctx.invoke(cli.commands["status"], index_dir=index_dir, models_dir=models.root, check=True)
+        ctx.invoke(cli.commands["status"], index_dir=index_dir, models_dir=models_root, check=True)
         out = workdir / "out"
-        args = [query, "--index", str(index_dir), "--models", str(models.root), "-k", "3"]
+        args = [query, "--index", str(index_dir), "--models", str(models_root), "-k", "3"]
         args += ["--mask", "--out", str(out)]
         click.echo("\n$ wherein search " + " ".join(f'"{a}"' if " " in a else a for a in args))
         cli.commands["search"].main(args, standalone_mode=False)
         click.echo(f"\nMasks and overlays: {out}")
         # Lines to paste into a shell as they are: nothing may trail the export's paths.
         env = f"WHEREIN_INDEX={shlex.quote(str(index_dir.resolve()))} "
-        env += f"WHEREIN_MODELS={shlex.quote(str(models.root.resolve()))}"
+        env += f"WHEREIN_MODELS={shlex.quote(str(models_root.resolve()))}"
         click.echo(
             "\nNext, to use this index and these models from any folder:\n"
             f"  export {env}\n"
@@ -73,14 +69,14 @@ def register(cli: click.Group) -> None:
         )
 
 
-def _optimize_like_pull(models, index_dir: Path) -> None:
+def _optimize_like_pull(models_root: Path, index_dir: Path) -> None:
     """What `models pull` ends with, on the stand-ins: the fastest graphs that pass their
     gates (verified on the bundled sample; the demo's `index` verifies again on its photos)."""
-    from wherein.indexer.models.optimize.service import always, optimize_models
+    from wherein.search.service import models as M
 
     click.echo(
-        f"\n$ wherein models optimize --models {models.root}   (what `models pull` ends with)"
+        f"\n$ wherein models optimize --models {models_root}   (what `models pull` ends with)"
     )
-    report = optimize_models(models, index_dir, confirm=always, log=lambda s: None)
-    for o in report.outcomes:
+    result = M.optimize(models_root, index_dir, confirm=lambda _estimate: True, run_self_test=False)
+    for o in result.report.outcomes:
         click.echo(f"  {o.model:<14} {o.status:<10} {o.message}")

@@ -119,58 +119,59 @@ def index(
       wherein index ~/Photos
       wherein index ~/Photos --watch        (then follow changes until Ctrl-C)
     """
-    from wherein.indexer import paths as P
-    from wherein.indexer.ingest.run import Indexer
-    from wherein.indexer.ingest.videos import FrameSettings
-    from wherein.indexer.ingest.walk import NOT_INDEXABLE, ignored_root
+    from wherein.search.service import index as I
+    from wherein.search.service.feedback import Feedback
 
-    if all(ignored_root(p) for p in paths):  # before an index folder is made for nothing
-        raise click.ClickException(f"{', '.join(map(str, paths))}: {NOT_INDEXABLE}")
-    from wherein.indexer.models.modeldir import ModelDir
-    from wherein.indexer.models.registry import load_image_embedder
-    from wherein.indexer.store.index_store import IndexStore
-
-    models = ModelDir(P.models_dir(models_dir))
-    standin_banner(models)
-    if models.image_reverify_pending():  # verified on the bundled sample only: now on these photos
-        from wherein.indexer.models.optimize.service import reverify_image
-
-        line = reverify_image(models, list(paths))
-        if line:
-            click.echo(line, err=True)
-    tower = load_image_embedder(models, threads)
-    with IndexStore.open(
-        P.index_dir(index_dir),
-        write=True,
-        create=True,
+    request = I.IndexRequest(
+        paths,
+        index_dir,
+        models_dir,
+        hidden=hidden,
+        retry_skipped=retry_skipped,
+        verify=verify,
+        rebuild_catalog=rebuild_catalog,
+        workers=workers,
+        threads=threads,
+        draft=not no_draft,
+        frame_every=frame_every,
+        max_frames=max_frames,
         wait=wait,
-        on_wait=lambda line: click.echo(line, err=True),
-        rebuild=rebuild_catalog,
-    ) as store:
-        rebuilt = store.rebuilt
-        if rebuilt is not None and fmt != "json":
-            click.echo(
-                f"catalog set aside as {rebuilt.aside}; {rebuilt.salvaged} rows read back "
-                f"({rebuilt.unreadable} lost), {rebuilt.reused} of them kept (file unchanged)",
-                err=True,
-            )
-        frames = FrameSettings(every=frame_every, max_frames=max_frames)
-        indexer = Indexer(store, tower, workers=workers, draft=not no_draft, frames=frames)
-        with progress(quiet, fmt) as bar:
-            stats = indexer.run(
-                list(paths),
-                include_hidden=hidden,
-                retry_skipped=retry_skipped,
-                progress=bar.update,
-                on_total=bar.reset,
-                verify=verify or rebuilt is not None,
-            )
-        total = store.catalog.count_embedded()
-        if watch and not stats.interrupted and not stats.bad_roots:
-            _report(stats, total, fmt, rebuilt)
-            _watch(indexer, [str(p) for p in paths], hidden, settle, fmt)
-            return
-    _report(stats, total, fmt, rebuilt)
+    )
+    bar = progress(quiet, fmt)
+    following = None
+    if watch:
+        following = I.Watch(
+            settle,
+            on_indexed=lambda result: (bar.close(), _report(result, fmt)),
+            on_batch=lambda batch: _watch_line(batch, fmt),
+            # After the catch-up run: every change from now on is seen.
+            on_ready=lambda: click.echo(
+                f"watching {', '.join(map(str, paths))} (Ctrl-C to stop)", err=True
+            ),
+        )
+    with bar:
+        feedback = Feedback(
+            say=lambda line: click.echo(line, err=True),
+            progress=bar.update,
+            on_total=bar.reset,
+            on_models=standin_banner,
+        )
+        result = I.index(request, feedback, following, None if fmt == "json" else _rebuilt_line)
+    if result.watched is None:
+        _report(result, fmt)
+    elif result.watched:  # Ctrl-C is the way a watch ends: 130, as for any interrupted command
+        click.echo("stopped watching: everything committed so far is kept", err=True)
+        sys.exit(130)
+    else:
+        click.echo("stopped watching", err=True)
+
+
+def _rebuilt_line(rebuilt) -> None:
+    click.echo(
+        f"catalog set aside as {rebuilt.aside}; {rebuilt.salvaged} rows read back "
+        f"({rebuilt.unreadable} lost), {rebuilt.reused} of them kept (file unchanged)",
+        err=True,
+    )
 
 
 # How the summary line names each of RunStats.file_counts().
@@ -202,17 +203,10 @@ def _summary(stats, total: int) -> str:
     )
 
 
-def _report(stats, total: int, fmt: str | None, rebuilt=None) -> None:
-    result = stats.to_dict(total)
-    if rebuilt is not None:
-        result["rebuilt_catalog"] = {
-            "set_aside": str(rebuilt.aside),
-            "rows_salvaged": rebuilt.salvaged,
-            "rows_reused": rebuilt.reused,
-            "ids_unreadable": rebuilt.unreadable,
-        }
+def _report(result, fmt: str | None) -> None:
+    stats, total = result.stats, result.images
     if fmt == "json":
-        echo_json(result)
+        echo_json(result.to_dict())
     else:
         if stats.invalidated:
             click.echo(f"model changed: {stats.invalidated} old vectors dropped and re-embedded")
@@ -239,48 +233,19 @@ def _report(stats, total: int, fmt: str | None, rebuilt=None) -> None:
         )
 
 
-def _watch(indexer, roots: list[str], hidden: bool, settle: float, fmt: str | None) -> None:
-    """Follow roots until Ctrl-C; one line (or JSON object) per batch that changed something."""
+def _watch_line(batch, fmt: str | None) -> None:
+    """One line (or JSON object) per batch that changed something."""
     import json
     import time
 
-    from wherein.indexer.ingest.watch import WatchOptions, follow
-
-    def on_batch(folders: list[str], stats) -> None:
-        changed = {
-            "embedded": stats.embedded,
-            "moved": stats.moved,
-            "copied": stats.copied,
-            "touched": stats.touched,
-            "deleted": stats.deleted,
-            "skipped": stats.skipped,
-        }
-        if not any(changed.values()) and not stats.problems:
-            return
-        total = indexer.store.catalog.count_embedded()
-        if fmt == "json":
-            line = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "folders": folders, **changed}
-            click.echo(json.dumps({**line, "images": total}))
-        else:
-            parts = ", ".join(f"{n} {k}" for k, n in changed.items() if n)
-            click.echo(f"{time.strftime('%H:%M:%S')}  {parts or 'no change'}; {total} images")
-        for p in stats.problems:
-            click.echo(f"  could not read {p.path}: {p.reason}", err=True)
-
-    def on_ready() -> None:  # after the catch-up run: every change from now on is seen
-        click.echo(f"watching {', '.join(roots)} (Ctrl-C to stop)", err=True)
-
-    interrupted = follow(
-        indexer,
-        roots,
-        WatchOptions(quiet=settle, include_hidden=hidden),
-        on_batch=on_batch,
-        on_ready=on_ready,
-    )
-    if interrupted:  # Ctrl-C is the way a watch ends: 130, as for any interrupted command
-        click.echo("stopped watching: everything committed so far is kept", err=True)
-        sys.exit(130)
-    click.echo("stopped watching", err=True)
+    if fmt == "json":
+        click.echo(json.dumps(batch.to_dict()))
+    else:
+        parts = ", ".join(f"{n} {k}" for k, n in batch.changed.items() if n)
+        clock = time.strftime("%H:%M:%S", time.localtime(batch.at))
+        click.echo(f"{clock}  {parts or 'no change'}; {batch.images} images")
+    for p in batch.problems:
+        click.echo(f"  could not read {p.path}: {p.reason}", err=True)
 
 
 # -- status --------------------------------------------------------------------
@@ -303,32 +268,14 @@ def _watch(indexer, roots: list[str], hidden: bool, settle: float, fmt: str | No
 @friendly_errors
 def status(index_dir, models_dir, check, repair, fmt):
     """Counts, model, index type and size, skipped files; whether --models matches the index."""
-    from wherein.indexer import paths as P
-    from wherein.indexer.models.modeldir import ModelDir
-    from wherein.indexer.store.index_store import IndexStore
-    from wherein.indexer.store.status import index_status, models_report
+    from wherein.search.service import index as I
+    from wherein.search.service.feedback import Feedback
 
-    d = P.index_dir(index_dir)
-    check = check or repair
-    store = IndexStore.open(d, write=repair, load_vectors=check, read_only=not repair)
-    with store:
-        report = store.check(repair=repair) if check else None
-        if report is not None and report.damaged:
-            _damaged_report(d, report, fmt)  # no counts to show: they would read damaged pages
-        st = index_status(store)
-    models = ModelDir(P.models_dir(models_dir))
-    standin_banner(models, space=st.space, index=d)
-    st.models = models_report(models, st.model_id)
-    if report is not None:
-        st.check = {
-            "ok": report.ok,
-            "problems": report.problems,
-            "repaired": report.repaired,
-            "to_repair": report.to_repair,
-        }
-        if report.notes:
-            st.check["notes"] = report.notes
-    info = st.to_dict()
+    result = I.status(index_dir, models_dir, check, repair, Feedback(on_models=standin_banner))
+    report = result.check
+    if result.damaged:  # no counts to show: they would read damaged pages
+        _damaged_report(result, fmt)
+    info = result.to_dict()
     if fmt == "json":
         echo_json(info)
     else:
@@ -382,11 +329,11 @@ def status(index_dir, models_dir, check, repair, fmt):
         sys.exit(1)
 
 
-def _damaged_report(d: Path, report, fmt: str) -> None:
+def _damaged_report(result, fmt: str) -> None:
     if fmt == "json":
-        echo_json({"index": str(d), "check": {"ok": False, "problems": report.problems}})
+        echo_json(result.to_dict())
     else:
-        for p in report.problems:
+        for p in result.check.problems:
             click.echo(f"PROBLEM    {p}", err=True)
         click.echo("check      FAILED")
     sys.exit(1)

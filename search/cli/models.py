@@ -47,23 +47,21 @@ def pull(models_dir, only, no_optimize, _optimize):
     """Download the real models from the Hugging Face Hub (resumable), then switch to the
     fastest set-up verified here: int8 graphs where this CPU runs them faster, a 16-position
     CLIPSeg text graph and a LiteRT text tower (searches start without torch)."""
-    from wherein.indexer import paths as P
-    from wherein.indexer.models.optimize.service import setup_models
-    from wherein.search.cli.optimize import finish, self_test_report
+    from wherein.search.cli.optimize import finish, show_self_test
+    from wherein.search.service import models as M
+    from wherein.search.service.feedback import Feedback
 
-    root = P.models_dir(models_dir)
-    # The index (WHEREIN_INDEX or the default) only chooses the verification photos: the
-    # user's indexed ones when there are any, else the bundled sample.
-    keys = list(only) or None
-    _, report = setup_models(root, keys, P.index_dir(None), not no_optimize, click.echo)
-    if report is not None:  # optimize's report ends with the self-test
-        finish(report, "table", no_self_test=bool(only))
+    result = M.pull(models_dir, only, not no_optimize, Feedback(say=click.echo))
+    if result.optimized is not None:  # optimize's report ends with the self-test
+        finish(result.optimized, "table")
         click.echo(
             "\nNext: `wherein index ~/Pictures`. A graph verified on the bundled sample "
             "photos (an empty index) is verified again on yours by that first run."
         )
         return
-    if not only and not self_test_report(root)["ok"]:
+    if result.self_test is not None:
+        show_self_test(result.self_test)
+    if not result.ok:
         sys.exit(1)
     click.echo(
         "\nNext: `wherein models optimize` builds int8 image and CLIPSeg vision graphs (kept "
@@ -86,28 +84,21 @@ def pull(models_dir, only, no_optimize, _optimize):
 @friendly_errors
 def check(directory, models_dir, self_test, fmt):
     """Load each model and verify its input/output contract (DIRECTORY: instead of --models)."""
-    from wherein.indexer import paths as P
-    from wherein.indexer.models.check import check_models
-    from wherein.indexer.models.modeldir import ModelDir
-    from wherein.indexer.models.optimize.report import NOT_USED
+    from wherein.search.cli.optimize import show_self_test
+    from wherein.search.service import models as M
+    from wherein.search.service.feedback import Feedback
 
-    root = directory or P.models_dir(models_dir)
-    standin_banner(ModelDir(root))
-    rows, ok = check_models(root)
-    result = {"models": str(root), "ok": ok, "checks": rows}
+    result = M.check(directory or models_dir, self_test, Feedback(on_models=standin_banner))
     if fmt != "json":
-        click.echo(_check_table(rows))
-    if ok and self_test:
-        from wherein.search.cli.optimize import self_test_report
-
-        result["self_test"] = self_test_report(root, fmt)
-        result["ok"] = result["self_test"]["ok"]
+        click.echo(_check_table(result.rows))
+    if result.self_test is not None:
+        show_self_test(result.self_test, fmt)
     if fmt == "json":
-        echo_json(result)
-    if not ok:
-        bad = next(r for r in rows if r["status"] not in ("ok", NOT_USED))
-        raise click.ClickException(f"{bad['file']}: {bad['found']} (expected {bad['expected']})")
-    if not result["ok"]:
+        echo_json(result.to_dict())
+    problem = result.problem()
+    if problem:
+        raise click.ClickException(problem)
+    if not result.ok:
         sys.exit(1)
 
 
@@ -192,26 +183,27 @@ def convert(tower, out, batches, precision, source, random_weights, config, seed
       wherein models convert siglip2 --precision int8          (into --models / WHEREIN_MODELS)
       wherein models convert siglip2-text --out ~/models        (reads and writes ~/models)
     """
-    from wherein.indexer import paths as P
-    from wherein.indexer.models.convert import build as C
-    from wherein.indexer.models.convert.towers import parse_source
-    from wherein.schemas.models import SIGLIP_TEXT
+    from wherein.schemas.errors import UsageError
+    from wherein.search.service import models as M
+    from wherein.search.service.feedback import Feedback
 
-    root = out or P.models_dir(models_dir)
     log = (lambda s: click.echo(s, err=True)) if fmt == "json" else click.echo
-    if tower == "siglip2":
-        src = parse_source(source, random_weights, config, seed)
-        manifest = C.convert_image_tower(src, root, batches, precision, log=log)
-    else:
-        if random_weights:
-            raise click.UsageError("the text tower converts from real weights (see --source)")
-        if precision == "int8":
-            raise click.UsageError("the text tower converts at fp32 or fp16")
-        if source is None:
-            source = f"local-dir:{root / SIGLIP_TEXT.key}"
-        manifest = C.convert_text_tower(parse_source(source), root, precision, log=log)
+    try:
+        result = M.convert(
+            tower,
+            out or models_dir,
+            batches,
+            precision,
+            source,
+            random_weights,
+            config,
+            seed,
+            Feedback(say=log),
+        )
+    except UsageError as exc:  # options that do not go together: with the usage line
+        raise click.UsageError(str(exc)) from None
     if fmt == "json":
-        echo_json(manifest)
+        echo_json(result.to_dict())
 
 
 # -- verify --------------------------------------------------------------------
@@ -235,19 +227,19 @@ def convert(tower, out, batches, precision, source, random_weights, config, seed
 @friendly_errors
 def verify(directory, images, count, models_dir, fmt):
     """Run each LiteRT graph beside its PyTorch reference; exit 1 below the pass marks."""
-    from wherein.indexer import paths as P
-    from wherein.indexer.models.convert.verify import COLUMNS, thresholds_text, verify_models
     from wherein.search.output import table
+    from wherein.search.service import models as M
+    from wherein.search.service.feedback import Feedback
 
-    root = directory or P.models_dir(models_dir)
-    rows, ok = verify_models(root, images, count, log=lambda s: click.echo(s, err=True))
+    say = Feedback(say=lambda s: click.echo(s, err=True))
+    result = M.verify(directory or models_dir, images, count, say)
     if fmt == "json":
-        echo_json({"models": str(root), "ok": ok, "thresholds": thresholds_text(), "graphs": rows})
+        echo_json(result.to_dict())
     else:
-        click.echo(table([_readable(r) for r in rows], COLUMNS))
-        click.echo(f"pass marks: {thresholds_text()}")
-        click.echo("verify     " + ("ok" if ok else "FAILED"))
-    if not ok:
+        click.echo(table([_readable(r) for r in result.rows], M.verify_columns()))
+        click.echo(f"pass marks: {result.thresholds}")
+        click.echo("verify     " + ("ok" if result.ok else "FAILED"))
+    if not result.ok:
         sys.exit(1)
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE, SIGLIP_TEXT
 from wherein.search.cli.options import (
     echo_json,
     friendly_errors,
@@ -16,10 +15,7 @@ from wherein.search.cli.options import (
     json_option,
     models_option,
 )
-
-# The order optimize_models runs them in (indexer/models/optimize/service.py: not imported
-# here, the CLI's import must stay light for `wherein search`).
-PARTS = (SIGLIP_IMAGE.key, CLIPSEG.key, SIGLIP_TEXT.key)
+from wherein.search.service.models import PARTS
 
 
 def register(cli: click.Group) -> None:
@@ -30,25 +26,31 @@ def register(cli: click.Group) -> None:
 
 def self_test_report(root: Path, fmt: str = "table") -> dict:
     """Run the semantic self-test on the models in root; print it; return its JSON form."""
-    from wherein.indexer.models.modeldir import ModelDir
-    from wherein.indexer.models.optimize.selftest import run_self_test
+    from wherein.search.service.models import self_test
+
+    result = self_test(root)
+    show_self_test(result, fmt)
+    return result.to_json()
+
+
+def show_self_test(result, fmt: str = "table") -> None:
+    """The self-test's checks as a table (nothing for --json: it is in the JSON)."""
     from wherein.search.output import table
 
-    result = run_self_test(ModelDir(Path(root)))
-    if fmt == "table":
-        click.echo("\nself-test: generated photos of coloured shapes (sizes, formats, EXIF turns)")
-        rows = [
-            {
-                "check": c.name,
-                "status": "ok" if c.ok else ("-" if c.skipped else "FAIL"),
-                "figures": c.figures,
-                "points to": c.points_to,
-            }
-            for c in result.checks
-        ]
-        click.echo(table(rows, ["check", "status", "figures", "points to"]))
-        click.echo("self-test  " + ("ok" if result.ok else "FAILED"))
-    return result.to_json()
+    if fmt != "table":
+        return
+    click.echo("\nself-test: generated photos of coloured shapes (sizes, formats, EXIF turns)")
+    rows = [
+        {
+            "check": c.name,
+            "status": "ok" if c.ok else ("-" if c.skipped else "FAIL"),
+            "figures": c.figures,
+            "points to": c.points_to,
+        }
+        for c in result.checks
+    ]
+    click.echo(table(rows, ["check", "status", "figures", "points to"]))
+    click.echo("self-test  " + ("ok" if result.ok else "FAILED"))
 
 
 @click.command("optimize")
@@ -93,24 +95,23 @@ def optimize(models_dir, index_dir, only, force, yes, count, min_speedup, no_sel
 
     Re-runnable: graphs that are current are left alone (--force rebuilds them).
     """
-    from wherein.indexer import paths as P
-    from wherein.indexer.models.modeldir import ModelDir
-    from wherein.indexer.models.optimize.service import optimize_models
+    from wherein.search.service import models as M
+    from wherein.search.service.feedback import Feedback
 
-    md = ModelDir(P.models_dir(models_dir))
     quiet = fmt != "table"
     log = (lambda s: click.echo(s, err=True)) if quiet else click.echo
-    report = optimize_models(
-        md,
-        P.index_dir(index_dir),
+    result = M.optimize(
+        models_dir,
+        index_dir,
         only or PARTS,
         _confirm(yes),
         force,
         count,
         min_speedup,
-        log,
+        run_self_test=not no_self_test,
+        feedback=Feedback(say=log),
     )
-    finish(report, fmt, no_self_test)
+    finish(result, fmt)
 
 
 def _confirm(yes: bool):
@@ -125,28 +126,25 @@ def _confirm(yes: bool):
     return None
 
 
-def finish(report, fmt: str, no_self_test: bool = False) -> None:
-    """Print what optimize did (a table, or JSON with the self-test) and exit 1 when the
-    self-test fails."""
+def finish(result, fmt: str) -> None:
+    """Print what optimize did (a table, then the self-test; or JSON with the self-test) and
+    exit 1 when the self-test fails."""
     from wherein.search.output import table
 
-    result = report.to_json()
     if fmt == "table":
         click.echo("")
         click.echo(
             table(
                 [
                     {"model": o.model, "status": o.status, "file": o.file, "result": o.message}
-                    for o in report.outcomes
+                    for o in result.report.outcomes
                 ],
                 ["model", "status", "file", "result"],
             )
         )
-    self_ok = True
-    if not no_self_test:
-        result["self_test"] = self_test_report(report.root, fmt)
-        self_ok = result["self_test"]["ok"]
+    if result.self_test is not None:
+        show_self_test(result.self_test, fmt)
     if fmt == "json":
-        echo_json(result)
-    if not self_ok:
+        echo_json(result.to_dict())
+    if not result.ok:
         sys.exit(1)

@@ -20,10 +20,18 @@ from typing import Any
 import click
 
 from wherein.indexer.paths import INDEX_ENV, MODELS_ENV
-from wherein.schemas.errors import CatalogDamaged, WhereinError, is_damage, storage_error
+from wherein.schemas.errors import (
+    CatalogDamaged,
+    UsageError,
+    WhereinError,
+    is_damage,
+    storage_error,
+)
 from wherein.schemas.records import HIT_KINDS
 from wherein.search.export import formats as export_formats  # light: no numpy/pyarrow
 from wherein.search.query import SORT_KEYS
+from wherein.search.service.engine import ENGINES, Engine
+from wherein.search.service.export import export_keep
 
 # What --kind chooses between: what a hit's kind says ("photo", "video").
 KINDS = tuple(dict.fromkeys(HIT_KINDS.values()))
@@ -34,6 +42,7 @@ __all__ = [
     "SORT_KEYS",
     "Progress",
     "check_export_options",
+    "choose_engine",
     "echo_json",
     "engine_option",
     "export_keep",
@@ -157,15 +166,6 @@ def export_options(masks: bool, rows: str = "hits") -> Callable[[Callable], Call
     return decorate
 
 
-def export_keep(index_dir: str | Path | None, inputs: Sequence[str | Path] = ()) -> list[Any]:
-    """What no export may write: the index folder, and the files the command reads."""
-    from wherein.indexer import paths as P
-    from wherein.search.export.destination import Keep
-
-    keep = [Keep(P.index_dir(index_dir), "the index folder")]
-    return keep + [Keep(Path(p), "an input of this command") for p in inputs]
-
-
 def check_export_options(
     export_path: Path | None,
     export_fmt: str | None,
@@ -278,7 +278,6 @@ def kind_options(f: Callable) -> Callable:
 
 
 # -- where the work runs --------------------------------------------------------------------
-ENGINES = ("local", "ray")
 
 
 def engine_option(help: str) -> Callable[[Callable], Callable]:
@@ -291,6 +290,15 @@ def engine_option(help: str) -> Callable[[Callable], Callable]:
         show_default=True,
         help=help,
     )
+
+
+def choose_engine(engine: str, ray_address: str | None) -> Engine:
+    """--engine and --ray-address as one Engine; a pair that does not go together is a usage
+    error (exit 2, with the usage line, as click's own checks)."""
+    try:
+        return Engine.choose(engine, ray_address)
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def ray_address_option(f: Callable) -> Callable:
@@ -347,14 +355,10 @@ def standin_banner(models=None, *, space: str | None = None, index=None) -> None
     ModelDir a command loads; space (with index, its folder): the embedding space of the
     index a command reads without loading a model (dupes, unique, status).
     """
-    from wherein.indexer.models.modeldir import is_standin_space
+    from wherein.search.service.feedback import standin_note
 
-    if models is not None and models.is_standin:
-        line = f"Using STAND-IN models from {models.root} (they only know colours)."
-    elif is_standin_space(space):
-        where = f" {index}" if index is not None else ""
-        line = f"The index{where} was made with STAND-IN models (they only know colours)."
-    else:
+    line = standin_note(models, space=space, index=index)
+    if line is None:
         return
     click.secho(line, fg="yellow", err=True)
 

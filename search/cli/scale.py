@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from wherein.search.cli.options import (
+    choose_engine,
     echo_json,
     engine_option,
     friendly_errors,
@@ -83,35 +84,27 @@ def embed(
 ):
     """Embed images from SOURCES into parquet shards: folders, .txt/.parquet lists of paths
     or URIs, and uncompressed webdataset .tar shards."""
-    from wherein.indexer import paths as P
-    from wherein.indexer.models.modeldir import ModelDir
-    from wherein.indexer.scale.embed import embed as run_embed
+    from wherein.search.service import scale as S
+    from wherein.search.service.feedback import Feedback
 
-    standin_banner(ModelDir(P.models_dir(models_dir)))
+    chosen = choose_engine(engine, ray_address)
     bar = progress(quiet, fmt)
+    # Notes go through the bar while one is drawn: not inside it.
+    feedback = Feedback(bar.write, bar.update, bar.reset, on_models=standin_banner)
     try:
-        stats = run_embed(
-            list(sources),
+        stats = S.embed(
+            sources,
             out,
-            P.models_dir(models_dir),
-            engine=engine,
-            ray_address=ray_address,
+            models_dir,
+            chosen,
             shard_size=shard_size,
-            workers=workers,
             actors=actors,
             actor_cpus=actor_cpus,
+            workers=workers,
             threads=threads,
             draft=not no_draft,
-            progress=bar.update,
-            on_total=bar.reset,
-            say=bar.write,  # through the bar while one is drawn: not inside it
+            feedback=feedback,
         )
-    except ModuleNotFoundError as exc:
-        if exc.name in ("ray", "pyarrow"):
-            raise click.ClickException(
-                f"{exc.name} is not installed: pip install 'wherein[scale]'"
-            ) from None
-        raise
     finally:
         bar.close()
     if fmt == "json":
@@ -172,22 +165,19 @@ def build_index(embed_dirs, index_dir, max_memory, append, rescore, quiet, fmt):
     hold an index yet, unless --append. A path in several shards keeps the newest
     shard's row.
     """
-    from wherein.indexer import paths as P
-    from wherein.indexer.scale.build_index import MIN_MEMORY_BUDGET, parse_bytes
-    from wherein.indexer.scale.build_index import build_index as run_build
+    from wherein.schemas.errors import UsageError
+    from wherein.search.service import scale as S
+    from wherein.search.service.feedback import Feedback
 
     try:
-        budget = parse_bytes(max_memory, MIN_MEMORY_BUDGET) if max_memory is not None else None
-    except ValueError as exc:
+        budget = S.memory_budget(max_memory)
+    except UsageError as exc:
         raise click.BadParameter(str(exc), param_hint="--max-memory") from None
-    say = None if quiet or fmt == "json" else (lambda m: click.echo(m, err=True))
-    stats = run_build(
-        embed_dirs, P.index_dir(index_dir), budget, progress=say, append=append, rescore=rescore
-    )
+    say = (lambda m: None) if quiet or fmt == "json" else (lambda m: click.echo(m, err=True))
+    stats = S.build_index(embed_dirs, index_dir, budget, append, rescore, Feedback(say=say))
     standin_banner(space=stats.space, index=stats.index)
-    result = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in vars(stats).items()}
     if fmt == "json":
-        echo_json(result)
+        echo_json(stats.to_dict())
     else:
         _echo_build(stats)
 

@@ -283,3 +283,76 @@ def test_no_file_points_outside_the_repository():
             continue
         hits += [f"{path.relative_to(ROOT)}: {word}" for word in outside if word in text]
     assert hits == []
+
+
+# -- the CLI stays thin ---------------------------------------------------------------------
+# search/cli/ parses options and prints; the workflows live in search/service/, which calls
+# the indexer. So a CLI module imports nothing from wherein.indexer but what is named here,
+# each with the reason. An entry no import uses any more fails too: the list only shrinks.
+CLI_MAY_IMPORT_FROM_INDEXER: dict[str, dict[str, str]] = {
+    "search/cli/options.py": {
+        # --index and --models read the same environment variables the library resolves.
+        "wherein.indexer.paths": "INDEX_ENV and MODELS_ENV, for the options' envvar",
+    },
+    # The search command resolves --index itself before it opens the searcher it hands to
+    # search/service/search.py (branch video-search): to go when the service opens it.
+    "search/cli/search.py": {"wherein.indexer.paths": "until the search service"},
+}
+
+
+def _known(root: Path) -> frozenset[str]:
+    """Every module of the three layers: `from wherein.indexer import paths` is .paths."""
+    return frozenset(
+        _module_name(p, root) for layer in LAYERS for p in (root / layer).rglob("*.py")
+    )
+
+
+def _cli_indexer_imports(root: Path = ROOT) -> dict[str, set[str]]:
+    """CLI file -> the wherein.indexer modules it imports (lazy imports included)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((root / "search" / "cli").rglob("*.py")):
+        rel = str(path.relative_to(root))
+        for _line, module in _imports(path, root, _known(root)):
+            if module == "wherein.indexer" or module.startswith("wherein.indexer."):
+                found.setdefault(rel, set()).add(module)
+    return found
+
+
+def _thin_cli_violations(
+    root: Path = ROOT, allowed: dict[str, dict[str, str]] = CLI_MAY_IMPORT_FROM_INDEXER
+) -> list[str]:
+    found = _cli_indexer_imports(root)
+    bad = []
+    for path in sorted((root / "search" / "cli").rglob("*.py")):
+        rel = str(path.relative_to(root))
+        for line, module in _imports(path, root, _known(root)):
+            if module in found.get(rel, set()) and module not in allowed.get(rel, {}):
+                bad.append(f"{rel}:{line} imports {module}: call a search/service function")
+    for rel, modules in sorted(allowed.items()):
+        bad += [
+            f"{rel}: no longer imports {m}; drop it from CLI_MAY_IMPORT_FROM_INDEXER"
+            for m in sorted(modules)
+            if m not in found.get(rel, set())
+        ]
+    return bad
+
+
+def test_the_cli_imports_from_the_indexer_only_what_is_allowed():
+    assert _thin_cli_violations() == []
+
+
+def test_the_thin_cli_check_sees_a_lazy_import_and_a_stale_entry(tmp_path):
+    root = _fake_tree(
+        tmp_path,
+        {
+            "indexer/store/catalog.py": "",
+            "search/cli/a.py": "def f():\n    from wherein.indexer.store import catalog\n",
+            "search/cli/b.py": "from wherein.search.service import index\n",
+        },
+    )
+    allowed = {"search/cli/b.py": {"wherein.indexer.paths": "no longer used"}}
+    assert _thin_cli_violations(root, allowed) == [
+        "search/cli/a.py:2 imports wherein.indexer.store.catalog: call a search/service function",
+        "search/cli/b.py: no longer imports wherein.indexer.paths; "
+        "drop it from CLI_MAY_IMPORT_FROM_INDEXER",
+    ]

@@ -1,0 +1,98 @@
+"""Writing hits to an --export destination: the step search and the curation commands share.
+
+``export_keep`` says what no export may write (the index folder, a command's inputs);
+``export_hits`` writes and returns what was written, ``Exported`` (its ``to_dict()``
+follows ``$defs/export`` in schemas/select.schema.json).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wherein.schemas.records import Hit
+
+STDOUT = "-"
+
+
+@dataclass
+class Exported:
+    path: str  # "-": standard output
+    format: str
+    kind: str  # "table": one row per hit; "labels": the hits' masks as dataset labels
+    rows: int
+    masked: int  # images whose masks the export holds (labels), 0 for a table
+
+    @property
+    def to_stdout(self) -> bool:
+        return self.path == STDOUT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "kind": self.kind,
+            "rows": self.rows,
+            "masked": self.masked,
+        }
+
+
+def export_keep(index_dir: str | Path | None, inputs: Sequence[str | Path] = ()) -> list[Any]:
+    """What no export may write: the index folder, and the files the command reads."""
+    from wherein.indexer import paths as P
+    from wherein.search.export.destination import Keep
+
+    keep = [Keep(P.index_dir(index_dir), "the index folder")]
+    return keep + [Keep(Path(p), "an input of this command") for p in inputs]
+
+
+def export_hits(
+    hits: Sequence[Hit],
+    path: str | Path,
+    fmt: str | None = None,
+    *,
+    prompt: str | None = None,
+    labels: Any = None,
+    index_dir: str | Path | None = None,
+) -> Exported:
+    """Write hits to path (- for standard output) in fmt (else the path's extension).
+
+    prompt/labels: what the masks show, for label exports (see export/hits.py write_export).
+    """
+    from wherein.search.export.formats import export_format
+    from wherein.search.export.hits import write_export
+
+    f = export_format(path, fmt)
+    write_export(hits, path, fmt, prompt=prompt, labels=labels, keep=export_keep(index_dir))
+    return exported(hits, path, f.name, f.kind)
+
+
+@dataclass(frozen=True)
+class ExportTo:
+    """An --export destination as asked: path (- for standard output), format (else the
+    path's extension), and the index whose folder no export may write into."""
+
+    path: Path
+    fmt: str | None = None
+    index_dir: Path | None = None
+
+    def write(self, hits: Sequence[Hit], prompt: str | None = None, labels: Any = None):
+        return export_hits(
+            hits, self.path, self.fmt, prompt=prompt, labels=labels, index_dir=self.index_dir
+        )
+
+
+def export_to(path: Path | None, fmt: str | None, index_dir: Path | None) -> ExportTo | None:
+    return None if path is None else ExportTo(path, fmt, index_dir)
+
+
+def exported(
+    hits: Sequence[Hit], path: str | Path, fmt: str, kind: str, masked: int | None = None
+) -> Exported:
+    """The record of an export of hits; masked: the images in a label export, when the step
+    that wrote it counted them (the Ray mask step), else the hits with a mask file."""
+    if masked is None:
+        masked = sum(1 for h in hits if h.mask_path) if kind == "labels" else 0
+    return Exported(str(path), fmt, kind, len(hits), masked)

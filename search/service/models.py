@@ -1,0 +1,303 @@
+"""`models optimize` and `models pull` as library calls, and the semantic self-test both
+end with (`models check --self-test` runs it too).
+
+``optimize`` builds, verifies and (where they pass their gates) switches to the faster
+graphs, then runs the self-test; ``pull`` downloads the models and, unless asked not to,
+optimizes them the same way. Both return typed results whose ``to_dict()`` follows
+schemas/models.schema.json (``$defs/optimize``, ``$defs/pull``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE, SIGLIP_TEXT
+from wherein.search.service.feedback import QUIET, Feedback
+
+if TYPE_CHECKING:
+    from wherein.indexer.models.optimize.selftest import SelfTest
+    from wherein.indexer.models.optimize.service import Report
+
+# What optimize can build, in the order it runs them (indexer/models/optimize/service.py
+# has the same tuple; it is not imported here: the CLI's import must stay light).
+PARTS = (SIGLIP_IMAGE.key, CLIPSEG.key, SIGLIP_TEXT.key)
+# confirm(estimate) -> switch the image tower now (the next index re-embeds)? None: nobody
+# can be asked, and a switch that re-embeds an index is not made.
+Confirm = Callable[[dict], bool] | None
+
+
+def self_test(models_dir: Path) -> SelfTest:
+    """Whether the models see what is drawn in generated photos (captions, masks)."""
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.optimize.selftest import run_self_test
+
+    return run_self_test(ModelDir(Path(models_dir)))
+
+
+@dataclass
+class OptimizeResult:
+    report: Report  # what each graph's optimization did (indexer/models/optimize/service.py)
+    self_test: SelfTest | None = None  # None: not run
+
+    @property
+    def root(self) -> Path:
+        return self.report.root
+
+    @property
+    def ok(self) -> bool:
+        """False only when the self-test ran and failed (a rejected graph is not a failure:
+        the graph in use stays)."""
+        return self.self_test is None or self.self_test.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.report.to_json()
+        if self.self_test is not None:
+            out["self_test"] = self.self_test.to_json()
+        return out
+
+
+def optimize(
+    models_dir: Path | None = None,
+    index_dir: Path | None = None,
+    parts: Sequence[str] = PARTS,
+    confirm: Confirm = None,
+    force: bool = False,
+    count: int = 32,
+    min_speedup: float | None = None,
+    run_self_test: bool = True,
+    feedback: Feedback = QUIET,
+) -> OptimizeResult:
+    """Faster graphs of the models in models_dir, each verified on the photos of index_dir
+    (the bundled sample when it is empty) before use; then the self-test.
+
+    confirm: who says yes to an image-tower switch that re-embeds the index (None: nobody,
+    the switch is not made). feedback.say gets the steps as they run.
+    """
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.optimize.service import optimize_models
+
+    md = ModelDir(P.models_dir(models_dir))
+    report = optimize_models(
+        md,
+        P.index_dir(index_dir),
+        parts or PARTS,
+        confirm,
+        force,
+        count,
+        min_speedup,
+        feedback.say,
+    )
+    return OptimizeResult(report, self_test(report.root) if run_self_test else None)
+
+
+@dataclass
+class PullResult:
+    root: Path
+    pulled: list[Path] = field(default_factory=list)  # the model folders written
+    optimized: OptimizeResult | None = None  # None: pulled only (optimize=False)
+    self_test: SelfTest | None = None  # after a pull without optimize (optimized has its own)
+
+    @property
+    def ok(self) -> bool:
+        if self.optimized is not None:
+            return self.optimized.ok
+        return self.self_test is None or self.self_test.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "models": str(self.root),
+            "pulled": [str(p) for p in self.pulled],
+            "optimized": None if self.optimized is None else self.optimized.to_dict(),
+            "self_test": None if self.self_test is None else self.self_test.to_json(),
+        }
+
+
+def pull(
+    models_dir: Path | None = None,
+    only: Sequence[str] = (),
+    optimize: bool = True,
+    feedback: Feedback = QUIET,
+) -> PullResult:
+    """Download the real models (resumable), then switch to the fastest set-up verified here.
+
+    only: these models only (then no self-test: it needs all of them). The switch of the
+    image tower is accepted: pulling asked for the set-up. The verification photos are
+    those of the default index (WHEREIN_INDEX or the per-user one), else the bundled
+    sample.
+    """
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.optimize.service import setup_models
+
+    root = P.models_dir(models_dir)
+    written, report = setup_models(
+        root, list(only) or None, P.index_dir(None), optimize, feedback.say
+    )
+    result = PullResult(root, written)
+    if report is not None:
+        result.optimized = OptimizeResult(report, None if only else self_test(root))
+    elif not only:
+        result.self_test = self_test(root)
+    return result
+
+
+# -- check ----------------------------------------------------------------------------------
+@dataclass
+class CheckResult:
+    root: Path
+    rows: list[dict]  # per file: model, file, status, found, expected
+    contracts_ok: bool
+    self_test: SelfTest | None = None  # with self_test, when every contract held
+
+    @property
+    def ok(self) -> bool:
+        return self.contracts_ok and (self.self_test is None or self.self_test.ok)
+
+    def problem(self) -> str | None:
+        """The first file that breaks its contract, as one line; None when all hold."""
+        from wherein.indexer.models.optimize.report import NOT_USED
+
+        if self.contracts_ok:
+            return None
+        bad = next(r for r in self.rows if r["status"] not in ("ok", NOT_USED))
+        return f"{bad['file']}: {bad['found']} (expected {bad['expected']})"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"models": str(self.root), "ok": self.ok, "checks": self.rows}
+        if self.self_test is not None:
+            out["self_test"] = self.self_test.to_json()
+        return out
+
+
+def check(
+    models_dir: Path | None = None, run_self_test: bool = False, feedback: Feedback = QUIET
+) -> CheckResult:
+    """Load each model and verify its input/output contract; then (run_self_test, and every
+    contract held) whether they see what is drawn in generated photos."""
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.check import check_models
+    from wherein.indexer.models.modeldir import ModelDir
+
+    root = P.models_dir(models_dir)
+    feedback.models(ModelDir(root))
+    rows, ok = check_models(root)
+    result = CheckResult(root, rows, ok)
+    if ok and run_self_test:
+        result.self_test = self_test(root)
+    return result
+
+
+# -- convert --------------------------------------------------------------------------------
+IMAGE_TOWER, TEXT_TOWER = "siglip2", "siglip2-text"
+
+
+@dataclass
+class ConvertResult:
+    tower: str
+    manifest: dict  # what the converted graph's manifest.json says (the graph, its checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.manifest
+
+
+def convert(
+    tower: str,
+    models_dir: Path | None = None,
+    batches: Sequence[int] = (1, 8),
+    precision: str = "fp32",
+    source: str | None = None,
+    random_weights: bool = False,
+    config: str = "full",
+    seed: int = 0,
+    feedback: Feedback = QUIET,
+) -> ConvertResult:
+    """Convert a SigLIP 2 tower to LiteRT in models_dir and prove it equal to PyTorch.
+
+    The text tower converts from real weights only, at fp32 or fp16; its source defaults to
+    the siglip2-text folder of models_dir (the graph must sit beside its tokenizer files).
+    """
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.convert import build as C
+    from wherein.indexer.models.convert.towers import parse_source
+    from wherein.schemas.errors import UsageError
+
+    root = P.models_dir(models_dir)
+    if tower == IMAGE_TOWER:
+        src = parse_source(source, random_weights, config, seed)
+        manifest = C.convert_image_tower(src, root, list(batches), precision, log=feedback.say)
+        return ConvertResult(tower, manifest)
+    if random_weights:
+        raise UsageError("the text tower converts from real weights (see --source)")
+    if precision == "int8":
+        raise UsageError("the text tower converts at fp32 or fp16")
+    if source is None:
+        source = f"local-dir:{root / SIGLIP_TEXT.key}"
+    manifest = C.convert_text_tower(parse_source(source), root, precision, log=feedback.say)
+    return ConvertResult(tower, manifest)
+
+
+# -- verify ---------------------------------------------------------------------------------
+@dataclass
+class VerifyResult:
+    root: Path
+    rows: list[dict]  # per graph and signature: the figures and a status
+    ok: bool
+    thresholds: str  # the pass marks, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "models": str(self.root),
+            "ok": self.ok,
+            "thresholds": self.thresholds,
+            "graphs": self.rows,
+        }
+
+
+def verify_columns() -> list[str]:
+    """The columns of a VerifyResult's rows, in the order a table shows them."""
+    from wherein.indexer.models.convert.verify import COLUMNS
+
+    return list(COLUMNS)
+
+
+def verify(
+    models_dir: Path | None = None,
+    images: Path | None = None,
+    count: int = 32,
+    feedback: Feedback = QUIET,
+) -> VerifyResult:
+    """Run each LiteRT graph beside its PyTorch reference on count inputs (images: these
+    instead of random ones); ok when every graph passes its marks."""
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.convert.verify import thresholds_text, verify_models
+
+    root = P.models_dir(models_dir)
+    rows, ok = verify_models(root, images, count, log=feedback.say)
+    return VerifyResult(root, rows, ok, thresholds_text())
+
+
+# -- the demo's models ----------------------------------------------------------------------
+def real_models(models_dir: Path | None) -> tuple[Path, bool]:
+    """(the models directory, whether it holds real models: not absent, not stand-ins)."""
+    from wherein.indexer import paths as P
+    from wherein.indexer.models.modeldir import ModelDir
+
+    models = ModelDir(P.models_dir(models_dir))
+    return models.root, models.image_dir.is_dir() and not models.is_standin
+
+
+def build_standins(folder: Path) -> Path:
+    """Tiny stand-in models in folder (the same I/O contracts; they only know colours)."""
+    from wherein.indexer.models.standins import build_standin_models
+
+    return build_standin_models(folder)
+
+
+def sample_photos(folder: Path) -> list[Path]:
+    """Write the bundled sample photos (and two broken files indexing must skip) into folder."""
+    from wherein.indexer.samples import write_sample
+
+    return write_sample(folder)
