@@ -20,7 +20,8 @@ from wherein.search.service.feedback import QUIET, Feedback
 
 if TYPE_CHECKING:
     from wherein.indexer.ingest.run import RunStats
-    from wherein.indexer.store.index_store import CheckReport, Rebuilt
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.store.index_store import CheckReport, IndexStore, Rebuilt
     from wherein.indexer.store.status import IndexStatus
 
 
@@ -194,6 +195,16 @@ class StatusResult:
         return self.status.to_dict()
 
 
+def describe(store: IndexStore, models: ModelDir) -> IndexStatus:
+    """What `wherein status --json` and the web app's /api/status say of an open index:
+    its counts and the models beside it (schemas/status.schema.json)."""
+    from wherein.indexer.store.status import index_status, models_report
+
+    st = index_status(store)
+    st.models = models_report(models, st.model_id)
+    return st
+
+
 def status(
     index_dir: Path | None = None,
     models_dir: Path | None = None,
@@ -206,19 +217,17 @@ def status(
     from wherein.indexer import paths as P
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.store.index_store import IndexStore
-    from wherein.indexer.store.status import index_status, models_report
 
     d = P.index_dir(index_dir)
     check = check or repair
     store = IndexStore.open(d, write=repair, load_vectors=check, read_only=not repair)
+    models = ModelDir(P.models_dir(models_dir))
     with store:
         report = store.check(repair=repair) if check else None
         if report is not None and report.damaged:
             return StatusResult(d, None, report)  # counting would read the damaged pages
-        st = index_status(store)
-    models = ModelDir(P.models_dir(models_dir))
+        st = describe(store, models)
     feedback.models(models, space=st.space, index=d)
-    st.models = models_report(models, st.model_id)
     if report is not None:
         st.check = {
             "ok": report.ok,

@@ -18,13 +18,11 @@ router = APIRouter()
 
 @router.get("/api/status", responses=json_schema_response("StatusResponse", "Index and app status"))
 def status(state: Web) -> JSONResponse:
-    from wherein.indexer.store.status import index_status, models_report
+    from wherein.search.service.index import describe
 
     state.searcher.refresh()  # counts as of the latest commit, not the last search
-    st = index_status(state.searcher.store)
     # The same object as `wherein status --json` (schemas/status.schema.json)
-    st.models = models_report(state.searcher.models, st.model_id)
-    info = st.to_dict()
+    info = describe(state.searcher.store, state.searcher.models).to_dict()
     info.pop("skipped", None)  # can be long; `wherein status` lists them
     cache = state.cache_dir
     thumbs = _count(cache / "thumbs", "*.jpg")
