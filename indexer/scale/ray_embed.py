@@ -93,7 +93,17 @@ class Embedder:
 
 
 def run_ray(
-    plan, pending, writer, models_root, address, actors, actor_cpus, draft, progress, say=None
+    plan,
+    pending,
+    writer,
+    models_root,
+    address,
+    actors,
+    actor_cpus,
+    draft,
+    progress,
+    say=None,
+    frames=None,
 ) -> None:
     from wherein.indexer.scale import ray_quiet
     from wherein.indexer.scale.ray_session import ray_session

@@ -10,6 +10,7 @@ import click
 from wherein.search.cli.options import (
     echo_json,
     engine_option,
+    frame_options,
     friendly_errors,
     index_option,
     json_option,
@@ -57,6 +58,7 @@ def register(cli: click.Group) -> None:
 @click.option(
     "--no-draft", is_flag=True, help="Decode JPEGs at full size (as `wherein index --no-draft`)."
 )
+@frame_options
 @models_option
 @quiet_option
 @json_option
@@ -72,13 +74,17 @@ def embed(
     workers,
     threads,
     no_draft,
+    frame_every,
+    max_frames,
     models_dir,
     quiet,
     fmt,
 ):
-    """Embed images from SOURCES into parquet shards: folders, .txt/.parquet lists of paths
-    or URIs, and uncompressed webdataset .tar shards."""
+    """Embed images and videos from SOURCES into parquet shards: folders, .txt/.parquet lists
+    of paths or URIs, and uncompressed webdataset .tar shards (photos only). A video's
+    sampled frames are rows of their own (--frame-every, --max-frames as for `index`)."""
     from wherein.indexer import paths as P
+    from wherein.indexer.ingest.videos import FrameSettings
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.scale.embed import embed as run_embed
 
@@ -100,6 +106,7 @@ def embed(
             progress=bar.update,
             on_total=bar.reset,
             say=bar.write,  # through the bar while one is drawn: not inside it
+            frames=FrameSettings(every=frame_every, max_frames=max_frames),
         )
     except ModuleNotFoundError as exc:
         if exc.name in ("ray", "pyarrow"):
@@ -114,8 +121,9 @@ def embed(
     else:
         click.echo(
             f"{stats.items} items in {stats.shards} shards: {stats.written} written now, "
-            f"{stats.done_before} done before; {stats.embedded} embedded, {stats.failed} failed "
-            f"({stats.images_per_second:.1f} images/s)"
+            f"{stats.done_before} done before; {stats.embedded} embedded"
+            + (f" ({stats.frames} video frames)" if stats.frames else "")
+            + f", {stats.failed} failed ({stats.images_per_second:.1f} images/s)"
         )
         for p in stats.problems:
             click.echo(f"  could not read {p.path}: {p.reason}", err=True)
