@@ -222,6 +222,7 @@ class _LocalRun:
 
     def _frames(self, chunk: FrameChunk, vectors) -> int:
         t, res, times, vecs = self.videos[id(chunk.job)]
+        chunk.job.embedded += len(chunk.times)  # a decoder failing later is damage, not a skip
         times.extend(chunk.times)
         vecs.extend(vectors if vectors is not None else [])
         if not chunk.last:
