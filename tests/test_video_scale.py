@@ -224,3 +224,33 @@ def test_a_resumed_embed_keeps_its_sampling(library, env, tmp_path):
     assert err.strip().splitlines()[-1] == (
         f"Error: {out}: was planned with --max-frames 2; use it or a new --out"
     )
+
+
+@pytest.mark.scale
+@pytest.mark.slow
+def test_ray_engine_writes_the_local_engines_video_rows(library, standin_models, tmp_path):
+    """A video is one Ray decode task; its frames come back chunk by chunk (3 frames a chunk
+    here: the clip's six end on an empty last chunk) and make the same rows as locally."""
+    import pyarrow.parquet as pq
+
+    from wherein.indexer.ingest.videos import FrameSettings
+    from wherein.indexer.scale.embed import embed
+    from wherein.indexer.scale.shards import embeddings
+
+    frames = FrameSettings(chunk=3)
+    tables = {}
+    for engine in ("local", "ray"):
+        out = tmp_path / engine
+        stats = embed([str(library)], out, standin_models, engine, shard_size=2, frames=frames)
+        assert stats.complete and stats.frames == 8 and stats.failed == 2
+        tables[engine] = {
+            f.name: pq.read_table(f) for f in sorted((out / "shards").glob("*.parquet"))
+        }
+    assert tables["ray"].keys() == tables["local"].keys()
+    for name, local in tables["local"].items():
+        ray = tables["ray"][name]
+        if "embedding" in local.column_names:
+            diff = np.abs(embeddings(ray, 768) - embeddings(local, 768))
+            assert diff.max(initial=0.0) < 1e-6, name
+            ray, local = ray.drop(["embedding"]), local.drop(["embedding"])
+        assert ray.equals(local), name
