@@ -1,6 +1,7 @@
 """`wherein models optimize` at real size: indexing and cold search before and after.
 
-    python bench/bench_optimize.py [--work DIR] [--photos 48] [--out bench/results/optimize.md]
+    python bench/bench_optimize.py [--work DIR] [--photos 48] [--repeat 3] [--compare-ref REF]
+                                   [--out bench/results/optimize.md]
 
 A models directory laid out as `wherein models pull` lays out the real one, with
 full-size random-weight graphs (no model hub here; speed does not depend on the
@@ -22,7 +23,10 @@ Measured, each as a whole process (subprocess wall time from start to exit):
   3. per-stage core-ms: decode + preprocess (the indexer's imaging.prepare, one core)
      and model (process CPU time of ImageTower.embed, all threads); the CPU-bound limit
      is cores x 1000 / (decode + model core-ms) images/s, and the indexer's images/s is
-     reported as a fraction of it;
+     reported as a fraction of it. Index and stage runs alternate --repeat times (min and
+     median given); --compare-ref REF adds `wherein index` as the code was at git REF
+     (exported with git archive) to each round: a pipeline change's before and after on
+     the same photos, graphs and machine state;
   4. cold `wherein search` with the LiteRT text tower, process start to printed hits
      (and with the open_clip text tower, before optimizing).
 """
@@ -34,6 +38,7 @@ import json
 import os
 import platform
 import random
+import re
 import resource
 import shutil
 import statistics
@@ -196,9 +201,10 @@ def build_models(work: Path) -> Path:
 
 
 # -- measurements ------------------------------------------------------------------
-def index_once(photos: Path, models: Path, index: Path) -> dict:
+def index_once(photos: Path, models: Path, index: Path, wherein: list[str] | None = None) -> dict:
     shutil.rmtree(index, ignore_errors=True)
-    cmd = [WHEREIN, "index", str(photos), "--models", str(models), "--index", str(index), "--json"]
+    args = ["index", str(photos), "--models", str(models), "--index", str(index), "--json"]
+    cmd = [*(wherein or [WHEREIN]), *args]
     secs, out = timed_run(cmd)
     res = last_json(out)
     return {
@@ -270,13 +276,84 @@ def stage_core_ms(photos: list[Path], models: Path) -> dict:
     w = time.perf_counter()
     tower.embed(x)
     model_wall = (time.perf_counter() - w) * 1000 / len(x)
+    # The indexer's way: one image per call, spread over the tower's lanes.
+    pool = tower.lane_pool()
+    for f in [pool.submit(tower.embed, x[i : i + 1]) for i in range(2 * tower.lanes)]:
+        f.result()  # every lane's interpreter made and its weights packed
+    w = time.perf_counter()
+    for f in [pool.submit(tower.embed, x[i : i + 1]) for i in range(len(x))]:
+        f.result()
+    lanes_wall = (time.perf_counter() - w) * 1000 / len(x)
     return {
         "decode_core_ms": statistics.mean(decode),
         "model_core_ms": model_core,
         "model_wall_ms": model_wall,
+        "lanes_wall_ms": lanes_wall,
         "threads": tower.graph.num_threads,
+        "lanes": f"{tower.lanes}x{tower.lane_threads}",
         "tower": tower.path.name,
     }
+
+
+def limit_runs(
+    photo_dir: Path,
+    photos: list[Path],
+    models: Path,
+    index: Path,
+    repeat: int,
+    ref: list[str] | None,
+) -> list[dict]:
+    """repeat x (index with the ref's code, index with this code, stage core-ms), alternated
+    so that other jobs on a shared machine weigh on each alike."""
+    runs = []
+    for i in range(repeat):
+        log(f"  round {i + 1} of {repeat}")
+        run = {"ref": index_once(photo_dir, models, index, ref)} if ref else {}
+        run["this"] = index_once(photo_dir, models, index)
+        run["stages"] = stage_core_ms(photos, models)
+        runs.append(run)
+    return runs
+
+
+def code_at(ref: str, dest: Path) -> list[str]:
+    """A `wherein` command that runs the package as it was at git ref."""
+    pkg = dest / "wherein"
+    shutil.rmtree(pkg, ignore_errors=True)
+    pkg.mkdir(parents=True)
+    tar = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "indexer", "schemas", "search"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(pkg)], input=tar, check=True)
+    boot = (
+        f"import sys; sys.path.insert(0, {str(dest)!r}); sys.argv[0] = 'wherein'; "
+        "from wherein.search.cli import cli; cli()"
+    )
+    return [sys.executable, "-c", boot]
+
+
+def cpu_name() -> str:
+    """The CPU as lscpu names it, with the int8 dot-product extensions it exposes."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    flags = re.search(r"^flags\s*:\s*(.+)$", info, re.M)
+    have = set(flags.group(1).split()) if flags else set()
+    isa = [f for f in ("avx512_vnni", "avx_vnni", "amx_int8") if f in have]
+    isa = isa or [f for f in ("avx512f", "avx2") if f in have][:1]
+    return f"{name.group(1).strip() if name else platform.machine()} ({', '.join(isa) or 'no AVX'})"
+
+
+def priority() -> str:
+    """The scheduler weight this run had against other jobs (autogroup nice, where set)."""
+    try:
+        nice = Path("/proc/self/autogroup").read_text().split()[-1]
+    except (OSError, IndexError):
+        return ""
+    return f"; autogroup nice {nice}" if nice != "0" else ""
 
 
 def eager(photos: Path, models: Path, threads: int) -> dict:
@@ -292,6 +369,8 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None, help="keep graphs and photos here")
     ap.add_argument("--photos", type=int, default=48)
     ap.add_argument("--search-runs", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3, help="index + stage rounds per tower")
+    ap.add_argument("--compare-ref", default=None, help="also index with the code at this git ref")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "optimize.md")
     args = ap.parse_args()
     cmd = " ".join(["python bench/bench_optimize.py", *sys.argv[1:]])
@@ -316,11 +395,12 @@ def main() -> None:
         photos = sorted(photo_dir.glob("*.jpg"))
         index = work / "index"
 
+        ref = code_at(args.compare_ref, work / "ref-code") if args.compare_ref else None
         log("before: wherein index with the published-style fp16 tower")
-        before = index_once(photo_dir, run_models, index)
+        fp16_runs = limit_runs(photo_dir, photos, run_models, index, args.repeat, ref)
+        before = fp16_runs[-1]["this"]
         log("before: cold search with the open_clip text tower")
         search_torch = cold_search(run_models, index, 2)
-        before_stages = stage_core_ms(photos, run_models)
 
         log("wherein models optimize --yes")
         opt_s, out = timed_run(
@@ -347,8 +427,10 @@ def main() -> None:
         load.append(os.getloadavg()[0])
 
         log("after: wherein index (fresh index) with the optimized tower")
-        after = index_once(photo_dir, run_models, work / "index-after")
-        after_stages = stage_core_ms(photos, run_models)
+        int8_runs = limit_runs(
+            photo_dir, photos, run_models, work / "index-after", args.repeat, ref
+        )
+        after = int8_runs[-1]["this"]
         log("after: cold searches with the LiteRT text tower")
         search_lite = cold_search(run_models, work / "index-after", args.search_runs)
         tok_load = tokenizer_load(run_models)
@@ -364,14 +446,14 @@ def main() -> None:
         args.photos,
         before,
         after,
-        before_stages,
-        after_stages,
         optimized,
         opt_s,
         search_torch,
         search_lite,
         torch_loop,
         tok_load,
+        {"fp16": fp16_runs, "int8": int8_runs},
+        args.compare_ref,
     )
     args.out.write_text(md)
     print(md)
@@ -385,14 +467,14 @@ def report(
     n,
     before,
     after,
-    before_stages,
-    after_stages,
     optimized,
     opt_s,
     search_torch,
     search_lite,
     torch_loop,
     tok_load,
+    limit_rounds,
+    compare_ref,
 ) -> str:
     parts = {o["model"]: o for o in optimized["optimized"]}
     img = parts["siglip2-image"]
@@ -400,20 +482,16 @@ def report(
     sig = fig["signatures"]["serving_default"]
     text = parts["siglip2-text"]
 
-    def limit(stages: dict) -> float:
-        return cores * 1000 / (stages["decode_core_ms"] + stages["model_core_ms"])
-
-    lim_b, lim_a = limit(before_stages), limit(after_stages)
     speedup = torch_loop["process_s"] / after["process_s"]
     lines = [
         "# `wherein models optimize` at real size",
         "",
         f"Command: `{cmd}` (whole run {secs / 60:.1f} min)",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {cores} cores, Python "
+        f"Machine: {cpu_name()}, {cores} cores, Python "
         f"{platform.python_version()}. **Shared**: other jobs ran on the same 2 cores during the "
         f"run (load average {load[0]:.1f} at start, {load[1]:.1f} after optimize, {load[2]:.1f} "
-        "at the end), so wall times are upper bounds; core-ms figures are steadier.",
+        f"at the end{priority()}), so wall times are upper bounds; core-ms figures are steadier.",
         "",
         "Models laid out as `wherein models pull` writes them, with full-size random-weight "
         "graphs: the image tower is `models convert siglip2 --random-weights --precision fp16 "
@@ -462,16 +540,13 @@ def report(
         "Decode = the indexer's `imaging.prepare` (read, SHA-256, JPEG draft decode, resize, "
         "normalise), thread CPU time; model = `ImageTower.embed` on one interpreter thread, thread "
         "CPU time (a thread pool's spin-waits on a busy machine would count as work otherwise). "
-        f"Limit = {cores} cores x 1000 / (decode + model core-ms).",
+        f"Limit = {cores} cores x 1000 / (decode + model core-ms). Model wall: one call of "
+        "the whole batch on one interpreter of all threads; lanes wall: one image per call "
+        "over the tower's lanes (lanes x threads each), as the indexer runs it. Each round "
+        "pairs an index run with the stage figures measured right after it; "
+        f"{len(limit_rounds['int8'])} rounds, median (min-max) where several.",
         "",
-        "| tower | decode core-ms/img | model core-ms/img | model wall ms/img | limit images/s | indexer images/s | % of limit |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        f"| {before_stages['tower']} | {before_stages['decode_core_ms']:.0f} | "
-        f"{before_stages['model_core_ms']:.0f} | {before_stages['model_wall_ms']:.0f} | {lim_b:.2f} | "
-        f"{before['images_per_s']:.2f} | {before['images_per_s'] / lim_b * 100:.0f}% |",
-        f"| {after_stages['tower']} | {after_stages['decode_core_ms']:.0f} | "
-        f"{after_stages['model_core_ms']:.0f} | {after_stages['model_wall_ms']:.0f} | {lim_a:.2f} | "
-        f"{after['images_per_s']:.2f} | **{after['images_per_s'] / lim_a * 100:.0f}%** |",
+        *limit_table(limit_rounds, cores, compare_ref),
         "",
         "Target: >= 90% of the limit.",
         "",
@@ -489,6 +564,43 @@ def report(
         "",
     ]
     return "\n".join(lines)
+
+
+def _limit(stages: dict, cores: int) -> float:
+    return cores * 1000 / (stages["decode_core_ms"] + stages["model_core_ms"])
+
+
+def _spread(values: list[float], fmt: str = ".0f", unit: str = "") -> str:
+    if len(values) == 1:
+        return f"{values[0]:{fmt}}{unit}"
+    return f"{statistics.median(values):{fmt}}{unit} ({min(values):{fmt}}-{max(values):{fmt}})"
+
+
+def limit_table(rounds: dict[str, list[dict]], cores: int, compare_ref: str | None) -> list[str]:
+    """One row per tower and code: stage figures, images/s and its share of the limit."""
+    lines = [
+        "| tower | code | decode core-ms/img | model core-ms/img | model wall ms/img | "
+        "lanes wall ms/img | limit images/s | indexer images/s | % of limit |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for runs in rounds.values():
+        st = [r["stages"] for r in runs]
+        limits = [_limit(x, cores) for x in st]
+        for code in ("ref", "this"):
+            if code not in runs[0]:
+                continue
+            rate = [r[code]["images_per_s"] for r in runs]
+            share = [v / lim * 100 for v, lim in zip(rate, limits, strict=True)]
+            name = f"`{compare_ref}`" if code == "ref" else "this branch"
+            lines.append(
+                f"| {st[0]['tower']} | {name} | {_spread([x['decode_core_ms'] for x in st])} | "
+                f"{_spread([x['model_core_ms'] for x in st])} | "
+                f"{_spread([x['model_wall_ms'] for x in st])} | "
+                f"{_spread([x['lanes_wall_ms'] for x in st])} ({st[0]['lanes']}) | "
+                f"{_spread(limits, '.2f')} | {_spread(rate, '.2f')} | "
+                f"**{_spread(share, '.0f', '%')}** |"
+            )
+    return lines
 
 
 def _search_row(name: str, runs: list[tuple[float, float]]) -> str:

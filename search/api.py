@@ -252,17 +252,20 @@ class Searcher:
     def _embed_image(self, term: Term) -> np.ndarray:
         if term.kind == "indexed":
             with self._lock:
-                # A hit's id is its file's: the vector of the file's whole-image item.
-                vec = self.store.catalog.file_vectors([int(term.value)]).get(int(term.value))
+                vec = self._file_vector(int(term.value))
             if vec is None:
                 raise QueryError(f"image {term.value} is not in the index")
-            return unit_rows(vec[None])[0]
+            return vec
         path = Path(term.value).expanduser()
         if not path.is_file():
             raise QueryError(f"{term.value}: no such image file (--like)")
         stored = self._indexed_vector(path)
         if stored is not None:
             return stored  # already embedded: no need to load the image tower
+        from wherein.indexer.media import VIDEO, kind_by_content
+
+        if kind_by_content(path) == VIDEO:
+            raise QueryError(f"{term.value}: a video is used with --like once it is indexed")
         from wherein.indexer.imaging import DecodeError, decode
 
         try:
@@ -281,8 +284,20 @@ class Searcher:
             row = self.store.catalog.row_by_path(os.path.abspath(path))
             if row is None or row["size"] != st.st_size or row["mtime_ns"] != st.st_mtime_ns:
                 return None
-            vec = self.store.catalog.file_vectors([row["id"]]).get(row["id"])
-        return unit_rows(vec[None])[0] if vec is not None else None
+            return self._file_vector(row["id"])
+
+    def _file_vector(self, file_id: int) -> np.ndarray | None:
+        """A file's query vector (call under the lock): a photo's one vector; for a video the
+        mean direction of its frames (what the clip shows overall), unit length."""
+        cat = self.store.catalog
+        vec = cat.file_vectors([file_id]).get(file_id)
+        if vec is not None:
+            return unit_rows(vec[None])[0]
+        frames = cat.embedded_frames([file_id]).get(file_id)
+        if not frames:
+            return None
+        _, vecs = cat.vectors_for([item for item, _ in frames])
+        return unit_rows(unit_rows(vecs).mean(axis=0)[None])[0]
 
     # -- search ---------------------------------------------------------------------
     def search(
@@ -445,17 +460,10 @@ class Searcher:
             got, dist = ids[0][found], dist[0][found]
             cut = min(want, len(got))  # items up to the last one wanted
             if fold:
-                files = self._files_of(got)
-                # As for items: approximate scores need files beyond the k-th to pick from.
-                if nth_file_position(files, want * 4 if approx else want) is None:
-                    # Fewer files than wanted: a video's frames took the places. Every item
-                    # found counts, and the tie check below fetches more.
-                    cut = len(got)
-                    if nprobe and nprobe < nlist and len(got) < fetch:
-                        nprobe = min(nlist, nprobe * 4)
-                        continue
-                else:
-                    cut = (nth_file_position(files, want) or 0) + 1
+                cut = self._file_cut(got, want, approx)
+                if cut == len(got) and nprobe and nprobe < nlist and len(got) < fetch:
+                    nprobe = min(nlist, nprobe * 4)
+                    continue
             # IVF probes only nprobe lists: a narrow filter can leave it short; widen until exhaustive.
             if len(got) < min(want, available) and nprobe and nprobe < nlist:
                 nprobe = min(nlist, nprobe * 4)
@@ -466,6 +474,16 @@ class Searcher:
                 fetch = min(available, fetch * 2)
                 continue
             return got.astype(np.int64)
+
+    def _file_cut(self, got: np.ndarray, want: int, approx: bool) -> int:
+        """How many of the items found (best first) reach the want-th file's best item; all of
+        them when they hold fewer files than wanted (a video's frames took the places: the
+        caller's tie check then fetches more). As for items, an approximate search wants 4x
+        the files to pick the true top from."""
+        files = self._files_of(got)
+        if nth_file_position(files, want * 4 if approx else want) is None:
+            return len(got)
+        return (nth_file_position(files, want) or 0) + 1
 
     def _files_of(self, item_ids: np.ndarray) -> list[int | None]:
         """The file of each item (None: not in the catalog any more)."""
@@ -504,11 +522,7 @@ class Searcher:
         order = [i for i in rank_order(scores, got) if keep[i]]
         if fold:
             order = first_per_file(order, self._files_of(got))
-        limit = (
-            k
-            if k is not None
-            else (None if (min_probability is not None or min_score is not None) else DEFAULT_K)
-        )
+        limit = _limit(k, min_probability, min_score)
         if limit is not None:
             order = order[:limit]
         rows = cat.hit_rows(got[order])
@@ -604,6 +618,13 @@ def add_masks(
         full_size_overlays=full_size_overlays,
         store=store,
     )
+
+
+def _limit(k, min_probability, min_score) -> int | None:
+    """How many hits: k; without it, all above a threshold, else DEFAULT_K."""
+    if k is not None:
+        return k
+    return None if (min_probability is not None or min_score is not None) else DEFAULT_K
 
 
 def _params(selector, nprobe: int):

@@ -44,21 +44,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture()
-def server(standin_models, shapes, tmp_path):
+def serve(folder: Path, index: Path, models: Path):
+    """`wherein index` over folder, then the app on a loopback port (yields its base URL)."""
     import uvicorn
     from click.testing import CliRunner
 
     from wherein.search.cli import cli
 
-    index = tmp_path / "index"
     r = CliRunner().invoke(
-        cli, ["index", str(shapes), "--index", str(index), "--models", str(standin_models), "-q"]
+        cli, ["index", str(folder), "--index", str(index), "--models", str(models), "-q"]
     )
     assert r.exit_code == 0, r.output
     port = free_port()
     config = uvicorn.Config(
-        create_app(index, standin_models), host="127.0.0.1", port=port, log_level="warning"
+        create_app(index, models), host="127.0.0.1", port=port, log_level="warning"
     )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -70,6 +69,11 @@ def server(standin_models, shapes, tmp_path):
     yield f"http://127.0.0.1:{port}"
     srv.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture()
+def server(standin_models, shapes, tmp_path):
+    yield from serve(shapes, tmp_path / "index", standin_models)
 
 
 def test_search_open_a_hit_and_see_its_mask(server, tmp_path):
@@ -154,3 +158,88 @@ def test_search_open_a_hit_and_see_its_mask(server, tmp_path):
             browser.close()
     if SCREENSHOT_COPY:
         shutil.copyfile(shot, SCREENSHOT_COPY)
+
+
+@pytest.fixture()
+def video_server(standin_models, tmp_path):
+    """A photo and a clip: red with a grey strip 0-2 s, blue 2-6 s, red 6-8 s: two moments for
+    "red" whose best frames do not tie, the best one not at the start (a player starts there)."""
+    from video_files import BLUE, RED, W, solid, write_video
+
+    from conftest import draw_shape
+
+    library = tmp_path / "library"
+    draw_shape(library / "blue.png", "blue")
+    part_red = solid(RED)
+    part_red[:, -W // 5 :] = (128, 128, 128)  # a grey strip: red, but less of it
+    write_video(
+        library / "clip.mp4",
+        lambda t: part_red if t < 2 else solid(BLUE if t < 6 else RED),
+        seconds=8.0,
+    )
+    yield from serve(library, tmp_path / "index", standin_models)
+
+
+def test_a_video_hit_plays_from_its_moment_and_steps_through_its_moments(video_server):
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="needs the [browser] extra (playwright)"
+    )
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(video_server + "/")
+            hit = page.evaluate(
+                "fetch('/api/search?q=red').then(r => r.json())"
+                ".then(b => b.hits.find(h => h.kind === 'video'))"
+            )
+            moments = hit["moments"]
+            assert len(moments) == 2, moments  # the red at the start and the red at the end
+            assert hit["time"] >= 6.0, moments  # the redder one
+            page.fill("#q", "red")
+            page.press("#q", "Enter")
+            card = f"#grid .card[data-id='{hit['id']}']"
+            page.wait_for_selector(card + " .badge")
+            assert "0:08" in page.text_content(card + " .badge")  # its duration
+
+            page.click(card)
+            page.wait_for_selector("#detail[open]")
+            at_time = (
+                "t => { const v = document.getElementById('d-video');"
+                " return !v.hidden && v.readyState >= 1 && v.paused && !v.seeking"
+                " && Math.abs(v.currentTime - t) < 0.05; }"
+            )
+            page.wait_for_function(at_time, arg=hit["time"], timeout=30_000)
+            src = page.eval_on_selector("#d-video", "v => v.currentSrc")
+            assert src.endswith(hit["video_url"]), src
+            marks = page.eval_on_selector_all(
+                "#d-timeline .mark", "els => els.map(e => Number(e.dataset.time))"
+            )
+            assert marks == [m["time"] for m in moments]
+            # The overlay of the paused frame: the mask at the moment's time.
+            page.wait_for_function(
+                "() => { const i = document.getElementById('d-img');"
+                " return !i.hidden && i.naturalWidth > 0 && i.src.includes('/overlay')"
+                " && i.src.includes('t='); }",
+                timeout=60_000,
+            )
+            j = next(i for i, m in enumerate(moments) if m["time"] == hit["time"])
+            step, back = (
+                ("#d-next-moment", "#d-prev-moment")
+                if j == 0
+                else (
+                    "#d-prev-moment",
+                    "#d-next-moment",
+                )
+            )
+            other = moments[1 - j]["time"]
+            page.click(step)
+            page.wait_for_function(at_time, arg=other, timeout=30_000)
+            assert page.is_disabled(step)  # two moments: the end of the list
+            page.click(back)
+            page.wait_for_function(at_time, arg=hit["time"], timeout=30_000)
+            assert errors == []
+        finally:
+            browser.close()

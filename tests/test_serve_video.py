@@ -256,3 +256,93 @@ def test_the_kind_filter_keeps_photos_or_videos(served):
     assert names("photo") == {"red.png", "blue.png"}
     r = served.client.get("/api/search", params={"q": "red", "kind": "audio"})
     assert r.status_code == 400 and "kind" in r.json()["error"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/self/fd")
+def test_players_that_hang_up_mid_video_leave_no_open_file(standin_models, tmp_path):
+    """A browser drops its range request as soon as it seeks: each one's descriptor closes."""
+    import socket
+    import threading
+    import time
+
+    import numpy as np
+    import uvicorn
+
+    rng = np.random.default_rng(0)  # noise: a video of megabytes, many chunks long
+    library, index = tmp_path / "library", tmp_path / "index"
+    video = write_video(
+        library / "noise.mp4",
+        lambda t: rng.integers(0, 255, (64, 96, 3), dtype=np.uint8),
+        seconds=30.0,
+        fps=30,
+        gop=30,  # a keyframe a second, as phones write: indexing decodes those alone
+    )
+    assert video.stat().st_size > 2_000_000  # more than the sockets hold: cut short for real
+    build_index(library, index, standin_models)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = create_app(index, standin_models, prefetch_masks=0)
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        while not srv.started:
+            assert thread.is_alive()
+            time.sleep(0.05)
+
+        def hang_up(headers: str) -> bytes:
+            with socket.create_connection(("127.0.0.1", port)) as c:
+                c.sendall(f"GET /api/video/1 HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n".encode())
+                return c.recv(4096)
+
+        def open_video_files() -> int:
+            return sum(1 for fd in Path("/proc/self/fd").iterdir() if _points_at(fd, video))
+
+        assert hang_up("").startswith(b"HTTP/1.1 200")  # hashed once: later ranges only fstat
+        for _ in range(20):
+            assert hang_up("Range: bytes=0-\r\n").startswith(b"HTTP/1.1 206")
+        deadline = time.monotonic() + 20
+        while open_video_files() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert open_video_files() == 0
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+def _points_at(fd: Path, target: Path) -> bool:
+    try:
+        return os.readlink(fd) == str(target)
+    except OSError:
+        return False
+
+
+def test_a_frame_masked_by_the_cli_is_not_seen_again_by_the_web_app(standin_models, tmp_path):
+    """`wherein search --mask` and the web app key a video frame's vision pass alike (the
+    video's SHA-256 and the time): the page's first mask of that moment runs the decoder only."""
+    library, index = tmp_path / "library", tmp_path / "index"
+    write_video(library / "clip.mp4", segments, seconds=8.0)
+    build_index(library, index, standin_models)
+    r = CliRunner().invoke(
+        cli,
+        ["search", "blue", "--mask", "--out", str(tmp_path / "masks"), "--json",
+         "--index", str(index), "--models", str(standin_models)],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    with TestClient(create_app(index, standin_models, prefetch_masks=0), base_url=BASE) as c:
+        (hit,) = c.get("/api/search", params={"q": "blue"}).json()["hits"]
+        m = c.get(f"/api/mask/{hit['id']}", params={"prompt": "blue", "t": hit["time"]})
+        assert m.status_code == 200 and m.json()["mask_area"] > 0.9
+        status = c.get("/api/status").json()["masks"]
+    assert status["vision_passes"] == 0 and status["vision_passes_loaded"] == 1
+
+
+def test_more_like_this_on_a_video_searches_by_all_its_frames(served):
+    """The detail view's "More like this" sends like=<the video's id>: half red, half blue, the
+    clip is as like the red photo as the blue one (the mean of its frames), not an error."""
+    r = served.client.get("/api/search", params={"like": served.video_id, "kind": "photo"})
+    assert r.status_code == 200, r.text
+    hits = r.json()["hits"]
+    assert {Path(h["path"]).name for h in hits} == {"red.png", "blue.png"}
+    assert abs(hits[0]["score"] - hits[1]["score"]) < 1e-3

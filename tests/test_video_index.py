@@ -330,6 +330,46 @@ def test_a_copy_of_a_video_reuses_its_frames(env, library, decodes):
     assert status("--check")["check"]["ok"]
 
 
+def test_an_unfinished_video_is_finished_in_place_or_where_it_moved(env, library, decodes):
+    index_json(str(library))
+    full = frames_of(env, library / "clip.mp4")
+    db = env["index"] / "catalog.db"
+
+    def stop_mid_video() -> None:  # what a kill -9 after the third frame's commit leaves
+        conn = sqlite3.connect(db)
+        with conn:
+            image_id = conn.execute(
+                "SELECT image_id FROM items WHERE id = ?", (min(full.values()),)
+            ).fetchone()[0]
+            late = [i for t, i in frames_of(env, library / "sub" / "clip.mp4").items() if t > 4]
+            conn.execute(
+                f"DELETE FROM embeddings WHERE item_id IN ({','.join('?' * len(late))})", late
+            )
+            conn.execute(f"DELETE FROM items WHERE id IN ({','.join('?' * len(late))})", late)
+            conn.execute("UPDATE videos SET complete = 0 WHERE image_id = ?", (image_id,))
+        conn.close()
+
+    (library / "sub").mkdir()
+    (library / "clip.mp4").rename(library / "sub" / "clip.mp4")
+    index_json(str(library))  # moved: same ids
+    stop_mid_video()
+    assert status()["videos_incomplete"] == 1
+    decodes.clear()
+    r = index_json(str(library))  # unchanged on disk, yet unfinished: resumed in place
+    assert decodes == ["clip.mp4"] and r["frames"] == 3 and r["videos"] == 1
+    again = frames_of(env, library / "sub" / "clip.mp4")
+    assert list(again) == list(full) and {t: again[t] for t in (0.0, 2.0, 4.0)} == {
+        t: full[t] for t in (0.0, 2.0, 4.0)
+    }  # what was stored stays, ids and all
+    stop_mid_video()
+    (library / "sub" / "clip.mp4").rename(library / "clip.mp4")
+    r = index_json(str(library))  # moved while unfinished: finished where it landed
+    assert r["moved"] == 1 and r["frames"] == 3
+    assert list(frames_of(env, library / "clip.mp4")) == list(full)
+    st = status("--check")
+    assert st["check"]["ok"] and st["videos_incomplete"] == 0
+
+
 # --- a kill -9 in the middle of a long video ----------------------------------------------
 
 _CHILD = """

@@ -281,6 +281,18 @@ def test_the_frames_folder_never_writes_over_what_is_not_ours(
     assert first == ["clip.mp4@5.00s.jpg"]
     assert sorted(p.name for p in frames.iterdir()) == ["clip.mp4@6.50s.jpg"]
 
+    # Those frames indexed since, and now an input of the export: never replaced.
+    indexed = frames / "clip.mp4@6.50s.jpg"
+    photo = Hit(rank=2, path=str(indexed), score=0.4, probability=None, width=W, height=H, id=40)
+    again = masked_hits(standin_models, model, clip, [5.0])
+    again += add_masks_to_hits([photo], "red", tmp_path / "m2", standin_models, model=model)
+    before = indexed.read_bytes()
+    with pytest.raises(Exception, match="an image this command reads"):
+        export_hits(again, dest, "coco", "red")
+    assert indexed.read_bytes() == before and sorted(p.name for p in frames.iterdir()) == [
+        "clip.mp4@6.50s.jpg"
+    ]
+
 
 # -- end to end: an indexed folder of clips and photos --------------------------------------
 @pytest.fixture()
@@ -300,6 +312,23 @@ def test_search_mask_segments_the_best_frame_of_a_video_hit(library, tmp_path):
     assert hit["kind"] == "video" and SHOWN[0] <= hit["time"] < SHOWN[1]
     assert Path(hit["mask_path"]).name == f"1-clip.mp4@{hit['time']:.2f}s.red.mask.png"
     assert near_square(hit["bbox"]["largest"]) and read_mask(hit["mask_path"]).shape == (H, W)
+
+
+def test_the_web_app_reuses_the_frame_pass_search_mask_stored(library, env, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from wherein.search.web.app import create_app
+
+    r = run("search", "red", "--kind", "video", "--mask", "--out", tmp_path / "m", "--json")
+    assert r.exit_code == 0, r.output
+    (hit,) = json.loads(r.stdout)
+    app = create_app(env["index"], env["models"], prefetch_masks=0)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        params = {"prompt": "blue", "t": hit["time"]}
+        m = client.get(f"/api/mask/{hit['id']}", params=params).json()
+        status = client.get("/api/status").json()["masks"]
+    assert m["bbox"] is None and (m["width"], m["height"]) == (W, H)
+    assert status["vision_passes"] == 0 and status["vision_passes_loaded"] == 1
 
 
 def test_select_mask_export_coco_writes_the_matching_frames(library, tmp_path):

@@ -10,7 +10,17 @@ import av
 import numpy as np
 import pytest
 from PIL import Image
-from video_files import BLUE, GREEN, RED, H, W, segments, solid, write_video  # noqa: F401
+from video_files import (  # noqa: F401
+    BLUE,
+    GREEN,
+    RED,
+    H,
+    W,
+    segments,
+    solid,
+    write_audio,
+    write_video,
+)
 
 from wherein.indexer.video import (
     VideoError,
@@ -98,18 +108,7 @@ def test_empty_and_audio_only_files_say_why(tmp_path):
     (tmp_path / "empty.mp4").write_bytes(b"")
     with pytest.raises(VideoError, match="empty file"):
         probe(tmp_path / "empty.mp4")
-    audio = tmp_path / "voice.mp4"
-    with av.open(str(audio), "w") as out:
-        stream = out.add_stream("aac", rate=16000)
-        for i in range(20):
-            frame = av.AudioFrame.from_ndarray(
-                np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
-            )
-            frame.sample_rate, frame.pts = 16000, i * 1024
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+    audio = write_audio(tmp_path / "voice.mp4", seconds=20 * 1024 / 16000)
     with pytest.raises(VideoError, match=r"no video stream \(audio only\)"):
         probe(audio)
     with pytest.raises(VideoError, match="audio only"):

@@ -202,6 +202,10 @@ def test_the_service_returns_what_the_cli_prints(library, validator):
     assert d["hits"] == search_json("red", "-k", "3", "--kind", "video")
     assert d["models"]["standin"] is True and set(d["timings"]) >= {"total_ms"}
     assert d["query"] == str(Query.parse("red")) and d["mask_prompt"] == "red"
+    # One folder as a string (what the web app has) is that folder, not its characters.
+    with open_index() as searcher:
+        clips = search(searcher, SearchRequest("red", under=str(library / "clips"))).hits
+    assert [Path(h.path).name for h in clips] == ["clip.mp4"]
 
 
 # -- moments, without models -------------------------------------------------------------
@@ -253,3 +257,36 @@ def test_label_is_per_file_the_best_over_its_frames(library, env):
     with IndexStore.open(env["index"]) as store:
         stored = [r for r in store.catalog.read_labels() if r["path"].endswith("clip.mp4")]
     assert {r["label"]: r["probability"] for r in stored} == pytest.approx(clip[0]["labels"])
+
+
+def test_per_file_labels_are_the_best_of_each_files_items():
+    from wherein.search.curate.labels import LabelRun, per_file
+
+    p = np.array([[0.9, 0.1], [0.2, 0.3], [0.1, 0.8], [0.7, 0.2], [0.5, 0.5]])
+    run = LabelRun(["a", "b"], "{}", ["a", "b"], "m", np.array([1, 7, 8, 9, 10]), p - 0.5, p)
+    # 1 is a photo; 7, 8 and 9 frames of video 7; 10 is gone from the catalog.
+    got = per_file(run, {1: 1, 7: 7, 8: 7, 9: 7})
+    assert got.ids.tolist() == [1, 8]  # the video's row: its frame with the likeliest label
+    assert got.probabilities.tolist() == [[0.9, 0.1], [0.7, 0.8]]
+    assert got.cosines.tolist() == (got.probabilities - 0.5).tolist()
+
+
+# -- --like a video ------------------------------------------------------------------
+def test_like_an_indexed_video_searches_by_what_its_frames_show(env, shapes):
+    """--like VIDEO (and the web app's like_id) uses the mean of its frames: a clip that is
+    mostly green finds the green photo before the red and blue ones. A video not indexed is
+    one clear error, not an attempt to decode it as a photo."""
+    clip = write_video(
+        shapes / "greenish.mp4", lambda t: solid(GREEN if t < 6 else RED), seconds=8, fps=FPS
+    )
+    run("index", shapes, "-q")
+    hits = search_json("--like", clip, "--kind", "photo")
+    assert Path(hits[0]["path"]).name == "green.bmp"
+    assert Path(hits[1]["path"]).name.startswith("red_")
+    video_id = search_json("green", "--kind", "video")[0]["id"]
+    with open_index(env["index"]) as s:
+        by_id = s.search(Query(()).like_id(video_id), kind="photo")
+    assert [h.path for h in by_id[:2]] == [h["path"] for h in hits[:2]]
+    stray = shutil.copy(clip, shapes.parent / "not_indexed.mp4")
+    res = run("search", "--like", stray, ok=False)
+    assert res.exit_code == 2 and "a video is used with --like once it is indexed" in res.output

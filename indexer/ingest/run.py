@@ -146,6 +146,8 @@ class _Run:
         sizes = Counter(w.found.size for w in plan.todo)
         self.shared_sizes = {size for size, n in sizes.items() if n > 1}
         self.embedding: set[str] = set()  # hashes routed to EMBED so far (shared sizes only)
+        # Videos a stopped run left unfinished whose file moved: finished where they land.
+        self.unfinished = {row.id for row in plan.gone.values() if not row.complete}
 
     def load(self, work: Work) -> Prepared | Unsettled:
         return load_file(work.found, self.indexer.tower.spec.image, self.indexer.draft)
@@ -170,13 +172,15 @@ class _Run:
         return Step(Routed(work, read, d, job), pixels)
 
     def _video_job(self, work: Work, read: Prepared | Unsettled, d) -> VideoJob | None:
-        """A video to sample: new or changed (EMBED), or resumed (its stored frames kept)."""
+        """A video to sample: new or changed (EMBED), or resumed (its stored frames kept: its
+        own row, or an unfinished one that moved here)."""
         if not isinstance(read, Prepared) or read.video is None:
             return None
-        if d.kind not in (Kind.EMBED, Kind.RESUME):
+        resume = d.kind is Kind.RESUME or (d.kind is Kind.MOVE and d.row in self.unfinished)
+        if d.kind is not Kind.EMBED and not resume:
             return None
         job = VideoJob(work.found.path, read.size, read.mtime_ns)
-        if d.kind is Kind.RESUME:
+        if resume:
             job.image_id = d.named_row
             job.have = self.indexer.store.catalog.frame_times(d.named_row)
         self.frames.start(job)

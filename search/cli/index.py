@@ -48,7 +48,12 @@ def register(cli: click.Group) -> None:
     "one, reusing the vectors of unchanged files it can still read; implies --verify.",
 )
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="Decode threads.")
-@click.option("--threads", type=click.IntRange(1, 64), default=None, help="Model threads.")
+@click.option(
+    "--threads",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Model threads in all [default: one per core, run as up to 4 side-by-side interpreters].",
+)
 @click.option(
     "--no-draft", is_flag=True, help="Decode JPEGs at full size (slower, same result within noise)."
 )

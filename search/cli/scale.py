@@ -54,7 +54,12 @@ def register(cli: click.Group) -> None:
     "--actor-cpus", type=click.FloatRange(0.05), default=None, help="Ray: CPUs per actor [1]."
 )
 @click.option("--workers", type=click.IntRange(1, 64), default=None, help="Local: decode threads.")
-@click.option("--threads", type=click.IntRange(1, 64), default=None, help="Local: model threads.")
+@click.option(
+    "--threads",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Local: model threads in all, as for index.",
+)
 @click.option(
     "--no-draft", is_flag=True, help="Decode JPEGs at full size (as `wherein index --no-draft`)."
 )

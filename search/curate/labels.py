@@ -112,7 +112,7 @@ def compute_labels(searcher, labels: Sequence[str], template: str, batch: int = 
     run = LabelRun(
         labels, template, prompts, str(cat.get_meta("model_id") or ""), all_ids, cos, probs
     )
-    return per_file(run, cat.item_files(all_ids.tolist())) if cat.count_items("frame") else run
+    return per_file(run, cat.item_files(all_ids.tolist())) if cat.holds_videos() else run
 
 
 def per_file(run: LabelRun, file_of: dict[int, int]) -> LabelRun:

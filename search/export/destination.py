@@ -148,10 +148,13 @@ def resolve(
 _FRAME_FILE = re.compile(r".+@\d+\.\d\ds(-\d+)?\.jpg")
 
 
-def frames_destination(given: str, folder: Path, keep: Sequence[Keep] = ()) -> Path:
+def frames_destination(
+    given: str, folder: Path, keep: Sequence[Keep] = (), reads: Iterable[str] = ()
+) -> Path:
     """The folder (its real path) a one-file export's frames go to, or an ExportError: never
     inside a kept folder, never a folder holding anything but frames (an earlier export's,
-    replaced as a whole), never a file."""
+    replaced as a whole) or an image this command reads (reads: an earlier export's frames
+    that were indexed since), never a file."""
     shown = f"{given}'s frames folder {folder}"
     if given == STDOUT:
         raise ExportError(
@@ -180,6 +183,13 @@ def frames_destination(given: str, folder: Path, keep: Sequence[Keep] = ()) -> P
             f"{shown}: holds {foreign[0]!r}, which no export wrote; an export replaces only "
             "its own frames: move it or choose another path"
         )
+    names = {e.name for e in os.scandir(target)}
+    for r in reads:
+        if os.path.basename(r) in names and _same_file(Path(r).parent, target):
+            raise ExportError(
+                f"{shown}: holds {r}, an image this command reads; an export never "
+                "overwrites it: choose another path"
+            )
     return target
 
 

@@ -121,6 +121,7 @@ class LabelWriter:
         keep: Sequence[Keep] = (),
         reads: Iterable[str] = (),
     ) -> None:
+        reads = list(reads)  # checked now, and again when the first frame comes
         self.destination = check_destination(dest, fmt, keep, reads)
         self.dest = Path(dest) if str(dest) == "-" else Path(dest).expanduser().absolute()
         self.fmt = fmt
@@ -132,6 +133,7 @@ class LabelWriter:
         self._ids: set[int] = set()
         self._closed = False
         self._keep = keep
+        self._reads = reads
         self._tmp: Path | None = None
         self._frames: Path | None = None  # a one-file export's frames, before the rename
         self._frames_target: Path | None = None
@@ -178,7 +180,7 @@ class LabelWriter:
         if self._frames is None:
             try:
                 target = frames_destination(
-                    self.destination.given, frames_folder(self.dest), self._keep
+                    self.destination.given, frames_folder(self.dest), self._keep, self._reads
                 )
             except LabelExportError:
                 raise

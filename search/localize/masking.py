@@ -376,8 +376,7 @@ def frame_store_key(time: float, content: str | None = None, identity: tuple | N
 def indexed_content(hit: Any) -> str | None:
     """A hit's SHA-256 from the catalog while its file is as indexed (same size and mtime),
     else None."""
-    get = hit.get if isinstance(hit, dict) else lambda name: getattr(hit, name, None)
-    sha, size, mtime_ns, path = get("sha256"), get("size"), get("mtime_ns"), get("path")
+    sha, size, mtime_ns, path = (_hit_opt(hit, k) for k in ("sha256", "size", "mtime_ns", "path"))
     if not sha or size is None or mtime_ns is None or path is None:
         return None
     try:
@@ -389,9 +388,8 @@ def indexed_content(hit: Any) -> str | None:
 
 def hit_time(hit: Any) -> float | None:
     """The moment a hit's mask is of: a video hit's best frame, None for a photo."""
-    get = hit.get if isinstance(hit, dict) else lambda name: getattr(hit, name, None)
-    time = get("time")
-    return None if time is None or get("kind") == "photo" else float(time)
+    time = _hit_opt(hit, "time")
+    return None if time is None or _hit_opt(hit, "kind") == "photo" else float(time)
 
 
 def slug(text: str, limit: int = 40) -> str:
@@ -466,6 +464,11 @@ def mask_file(
 
 def _hit_get(hit: Any, name: str) -> Any:
     return hit[name] if isinstance(hit, dict) else getattr(hit, name)
+
+
+def _hit_opt(hit: Any, name: str) -> Any:
+    """A field a hit (a dataclass or a dict) may lack: None then."""
+    return hit.get(name) if isinstance(hit, dict) else getattr(hit, name, None)
 
 
 def with_fields(hit: Any, values: dict[str, Any]) -> Any:

@@ -59,8 +59,8 @@ class SearchRequest:
     k: int | None = None
     min_probability: float | None = None
     min_score: float | None = None
-    under: Sequence[str | Path] = ()
-    glob: Sequence[str] = ()
+    under: str | Path | Sequence[str | Path] = ()  # one folder, or any of several
+    glob: str | Sequence[str] = ()
     taken: str | TakenRange | None = None
     camera: str | None = None
     near: str | Near | None = None
@@ -109,8 +109,8 @@ def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
         k=request.k,
         min_probability=request.min_probability,
         min_score=request.min_score,
-        under=list(request.under),
-        glob=list(request.glob),
+        under=request.under,
+        glob=request.glob,
         sort=request.sort,
         reverse=request.reverse,
         check_exists=request.check_exists,
@@ -128,27 +128,13 @@ def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
         labels = best_labels(searcher.store.catalog, [h.id for h in hits])
     if request.mask is not None:
         assert prompt is not None  # _mask_prompt refuses a mask with nothing to segment
-        hits = add_masks(
-            hits,
-            prompt,
-            request.mask.out_dir,
-            searcher.models.root,
-            request.mask.min_area,
-            full_size_overlays=request.mask.full_size_overlays,
-            index_dir=searcher.store.dir,
-        )
+        hits = _masks(searcher, hits, prompt, request.mask)
     exported = None
     if request.export is not None:
         from wherein.search.export.hits import write_export
 
-        exported = write_export(
-            hits,
-            request.export.path,
-            request.export.fmt,
-            prompt=prompt,
-            labels=labels,
-            keep=keep,
-        )
+        e = request.export
+        exported = write_export(hits, e.path, e.fmt, prompt=prompt, labels=labels, keep=keep)
     return SearchResult(
         query=str(q),
         hits=hits,
@@ -169,6 +155,19 @@ def models_used(searcher: Searcher) -> dict[str, Any]:
         "standin": searcher.models.is_standin,
         "template": searcher.template if isinstance(searcher.template, str) else None,
     }
+
+
+def _masks(searcher: Searcher, hits: list[Hit], prompt: str, mask: MaskRequest) -> list[Hit]:
+    # The index's vision store: another prompt on these hits later runs only the decoder.
+    return add_masks(
+        hits,
+        prompt,
+        mask.out_dir,
+        searcher.models.root,
+        mask.min_area,
+        full_size_overlays=mask.full_size_overlays,
+        index_dir=searcher.store.dir,
+    )
 
 
 def _query(query: Query | str) -> Query:

@@ -288,13 +288,13 @@ class MaskService:
         return True
 
     def _vision(self, f: IndexedFile, model) -> Seen:
-        from wherein.search.localize.masking import seen_stored
+        from wherein.search.localize.masking import frame_store_key, seen_keyed, seen_stored
 
         def compute() -> Seen:
             if f.time is not None:  # a video's frame: the store keys it by content and time
                 frame = frame_image(f)
-                key = f"frame\0{f.sha256}\0{f.time:.3f}".encode()
-                return seen_stored(model, frame, frame.size, key, self.store)
+                key = frame_store_key(f.time, content=f.sha256)  # as `search --mask` does
+                return seen_keyed(model, frame, frame.size, key, self.store)
             data = read_verified(f)
             try:
                 image, size = decode(data, draft_size=CLIPSEG_IMAGE_SIZE)

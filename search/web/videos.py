@@ -10,7 +10,7 @@ catalog row that is a video serves here: a photo's id, or an id not in the index
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -56,11 +56,17 @@ def require_video(f: IndexedFile) -> IndexedFile:
 @dataclass
 class Body:
     """What to send of a video: status 200 (all) or 206 (first..last), its headers, and the
-    bytes, read from the verified descriptor as they are sent (then it is closed)."""
+    bytes, read from the verified descriptor as they are sent. ``close`` (once the response
+    is over, whole or cut short by the client) closes the descriptor."""
 
     status: int
     headers: dict[str, str]
-    chunks: Iterator[bytes]
+    chunks: Generator[bytes, None, None]
+    _stack: ExitStack
+
+    def close(self) -> None:
+        self.chunks.close()  # a generator stopped mid-way leaves its `with` now, not at GC
+        self._stack.close()  # and one never started: the descriptor is the stack's
 
 
 def body(f: IndexedFile, range_header: str | None) -> Body:
@@ -83,11 +89,11 @@ def body(f: IndexedFile, range_header: str | None) -> Body:
     }
     if rng is not None:
         headers["Content-Range"] = content_range(first, last, f.size)
-    return Body(206 if rng is not None else 200, headers, _read(stack, fd, first, last))
+    return Body(206 if rng is not None else 200, headers, _read(stack, fd, first, last), stack)
 
 
-def _read(stack: ExitStack, fd: int, first: int, last: int) -> Iterator[bytes]:
-    with stack:  # closes the descriptor when the last byte is out, or the client has gone
+def _read(stack: ExitStack, fd: int, first: int, last: int) -> Generator[bytes, None, None]:
+    with stack:  # closes the descriptor when the last byte is out
         at = first
         while at <= last:
             chunk = os.pread(fd, min(CHUNK, last - at + 1), at)

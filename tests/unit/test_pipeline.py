@@ -7,6 +7,7 @@ import hashlib
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from wherein.indexer.ingest import read as read_mod
 from wherein.indexer.ingest import run as run_mod
 from wherein.indexer.ingest.pipeline import CommitPolicy, Step, run_pipeline
 from wherein.indexer.ingest.run import Indexer, RunStats
-from wherein.indexer.models.image_tower import ImageTower
+from wherein.indexer.models.image_tower import ImageTower, lane_split
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.store.index_store import IndexStore
 
@@ -101,6 +102,145 @@ def test_the_tower_batches_items_not_files():
         np.testing.assert_array_equal(committed[f], px[f][0, :2] * 10.0)
     for f in (1, 3, 5):
         np.testing.assert_array_equal(committed[f], px[f][:, :2] * 10.0)
+
+
+class LanedTower(FakeTower):
+    """A fake tower with a lane pool: its first `together` calls must all be running at
+    once (a barrier), and later calls finish out of order."""
+
+    def __init__(self, lanes: int = 2, together: int = 2, batch_size: int = 1) -> None:
+        super().__init__(batch_size)
+        self.pool = ThreadPoolExecutor(lanes)
+        self.together = threading.Barrier(together, timeout=30)
+        self.started = 0
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.release.set()
+
+    def lane_pool(self) -> ThreadPoolExecutor:
+        return self.pool
+
+    def embed(self, batch: np.ndarray) -> np.ndarray:
+        with self.lock:
+            self.started += 1
+            n = self.started
+        if n <= self.together.parties:
+            self.together.wait()  # broken (an error) unless the calls overlap
+        self.release.wait(30)
+        time.sleep(0.002 * (int(batch[0, 0]) % 3))  # later batches may overtake earlier ones
+        return super().embed(batch)
+
+
+def test_a_laned_tower_runs_batches_side_by_side_and_commits_them_in_order():
+    committed: list[tuple[int, float | None]] = []
+    tower = LanedTower(lanes=3, together=3)
+    run_pipeline(
+        range(40),
+        lambda i: np.array([i, i], np.float32),
+        lambda i, px: Step(i, px if i % 7 else None),
+        lambda steps: committed.extend(
+            (s.item, None if s.vector is None else float(s.vector[0])) for s in steps
+        ),
+        tower,
+        workers=2,
+        policy=CommitPolicy(every=5),
+    )
+    tower.pool.shutdown()
+    assert [i for i, _ in committed] == list(range(40))
+    assert all(v == (None if i % 7 == 0 else i * 10.0) for i, v in committed)
+
+
+def test_a_commit_waiting_for_its_vectors_does_not_hold_up_the_next_batch():
+    # Item 0's tower run finishes only once item 3 was routed: the commit of [0, 1] must
+    # wait for it without stopping the routing of [2, 3]; commits stay whole and in order.
+    routed_3 = threading.Event()
+    tower = LanedTower(lanes=2, together=1)
+
+    def embed(batch: np.ndarray) -> np.ndarray:
+        if batch[0, 0] == 0 and not routed_3.wait(30):
+            raise TimeoutError("item 0's vectors were waited for before item 3 was routed")
+        return batch[:, :2] * 10.0
+
+    tower.embed = embed  # type: ignore[method-assign]
+
+    def route(i: int, px: np.ndarray) -> Step[int]:
+        if i == 3:
+            routed_3.set()
+        return Step(i, px)
+
+    commits: list[list[int]] = []
+    run_pipeline(
+        range(8),
+        lambda i: np.array([i, i], np.float32),
+        route,
+        lambda steps: commits.append([s.item for s in steps]),
+        tower,
+        workers=2,
+        policy=CommitPolicy(every=2),
+    )
+    tower.pool.shutdown()
+    assert commits == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_a_stopped_run_commits_nothing_more_and_leaves_no_tower_work_queued():
+    # Ctrl-C while the lanes are busy: the batch in progress is never committed, and the
+    # tower runs queued behind the busy lanes are dropped, not run after the stop.
+    tower = LanedTower(lanes=2, together=1)
+    tower.release.clear()  # the lanes hold their first batches until the run has stopped
+    committed: list[int] = []
+
+    def route(i: int, px: np.ndarray) -> Step[int]:
+        if i == 12:
+            raise KeyboardInterrupt
+        return Step(i, px)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(
+            range(40),
+            lambda i: np.array([i, i], np.float32),
+            route,
+            lambda steps: committed.extend(s.item for s in steps),
+            tower,
+            workers=2,
+            policy=CommitPolicy(every=32),
+        )
+    tower.release.set()
+    tower.pool.shutdown(wait=True)
+    assert committed == []
+    assert tower.started <= 2  # the two lanes' first batches; the other ten were dropped
+
+
+def test_image_tower_lanes_give_its_vectors_within_its_thread_budget(standin_models):
+    x = np.random.default_rng(0).standard_normal((3, 3, 224, 224)).astype(np.float32)
+    t = ImageTower.from_models(ModelDir(standin_models), num_threads=2)
+    here = t.embed(x)
+    on_lanes = [t.lane_pool().submit(t.embed, x[i : i + 1]) for i in range(3)]
+    np.testing.assert_allclose(np.concatenate([f.result() for f in on_lanes]), here, atol=1e-5)
+    for threads in range(1, 10):  # --threads N: the model never runs on more than N threads
+        lanes, per_lane = lane_split(threads)
+        assert 1 <= lanes * per_lane <= threads
+
+
+def test_a_dropped_image_tower_ends_its_lane_threads(standin_models):
+    # optimize and its self-tests load towers and drop them: their lanes (threads holding an
+    # interpreter and its packed weights each) must not outlive them.
+    import gc
+
+    def lane_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("tower")]
+
+    before = set(lane_threads())
+    t = ImageTower.from_models(ModelDir(standin_models), num_threads=2)
+    x = np.zeros((1, 3, 224, 224), np.float32)
+    for f in [t.lane_pool().submit(t.embed, x) for _ in range(4)]:
+        f.result()
+    mine = [th for th in lane_threads() if th not in before]
+    assert mine
+    del t, f
+    gc.collect()
+    for th in mine:
+        th.join(30)
+    assert not any(th.is_alive() for th in mine)
 
 
 def test_commit_policy():

@@ -36,4 +36,21 @@ def video(
             out = videos.body(f, range_)
         except Unsatisfiable as exc:
             return error_response(416, str(exc), {"Content-Range": f"bytes */{exc.size}"})
-    return StreamingResponse(out.chunks, status_code=out.status, headers=out.headers)
+    return _RangeResponse(out)
+
+
+class _RangeResponse(StreamingResponse):
+    """Streams a video Body and closes its file when the response ends, also when the client
+    hangs up mid-way (a player does at every seek): the generator is not left to the
+    garbage collector, which could hold many descriptors for a long time."""
+
+    def __init__(self, body: videos.Body) -> None:
+        super().__init__(body.chunks, status_code=body.status, headers=body.headers)
+        self._body = body
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # No chunk is being read now: Starlette waits for its worker thread to return.
+            self._body.close()

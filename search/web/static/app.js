@@ -224,6 +224,8 @@ function openDetail(i) {
   $("d-score").textContent = h.score.toFixed(4);
   $("d-size").textContent = `${h.width ?? "?"} × ${h.height ?? "?"} px · ${humanBytes(h.size)}`;
   $("d-prompt").value = maskPrompt;
+  // "More like this" of a video searches by the mean of its frames (search/api.py).
+  $("d-like").title = isVideo(h) ? "Like what this video shows overall (all its frames)" : "";
   openVideo(h);
   if (!$("detail").open) $("detail").showModal();
   if (maskPrompt) showMask(maskPrompt); else showOriginal();
@@ -308,7 +310,7 @@ function showClock() {
   const t = pendingSeek !== null ? pendingSeek : v.currentTime;
   $("d-playhead").style.left = `${d ? Math.min(100, (t / d) * 100) : 0}%`;
   $("d-clock").textContent = `${clock(t)} / ${clock(d)}`;
-  $("d-play").innerHTML = v.paused ? "&#9654;" : "&#10074;&#10074;";
+  $("d-play").innerHTML = v.paused ? "&#9654;" : "&#9646;&#9646;";
 }
 
 function frameTime(h) {
@@ -441,7 +443,11 @@ function go() { writeHash(); runSearch(); }
 async function loadStatus() {
   try {
     const s = await api("/api/status");
-    $("footer").textContent = `${s.images} images indexed · ${s.index}` + (s.standin ? " · stand-in models" : "");
+    // images: searchable items, a video's frames included; files and videos say what a person has.
+    const videos = s.videos || 0;
+    const files = s.files ?? s.images;
+    const what = videos ? `${files - videos} photos and ${videos} video${videos === 1 ? "" : "s"} (${s.frames} frames)` : `${s.images} images`;
+    $("footer").textContent = `${what} indexed · ${s.index}` + (s.standin ? " · stand-in models" : "");
     if (s.standin) {
       $("banner").textContent = "Stand-in models: this index was built with the colour-only test models; they only know colours (try “red” or “blue”).";
       $("banner").hidden = false;
