@@ -1,13 +1,15 @@
 """The embed output directory: plan, parquet shards with done markers, manifest.
 
     OUT/
-      plan.json, plan.parquet       the sorted item list and its shard assignment (fixed at the first run)
+      plan.json, plan.parquet       the sorted item list and its shard assignment, and how videos
+                                    are sampled (frame_every, max_frames): fixed at the first run
       shards/shard-00000.parquet    id, uri, size, mtime_ns, sha256, width, height, embedding,
                                     photo EXIF, kind, t, and a video's metadata (one row per item:
                                     a photo's one, each sampled frame of a video)
       shards/shard-00000.errors.parquet   id, uri, size, mtime_ns, reason (failed records)
       shards/shard-00000.done       written last: the shard is complete
-      manifest.json                 model_id, space, dim, shards with counts
+      manifest.json                 model_id, space, dim, sampling, shards with counts (rows,
+                                    frames: rows of video frames, errors)
 
 A shard is complete when its parquet and its done marker exist; every file is
 written to a temp name and renamed, so a killed run leaves no half shard behind
