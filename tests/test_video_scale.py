@@ -57,6 +57,7 @@ def library(tmp_path_factory) -> Path:
 
 
 def build(library: Path, tmp: Path, *embed_args: str, rescore: str = "float16") -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
     index = tmp / "built"
     ok("embed", str(library), "--out", str(tmp / "emb"), "-q", *embed_args)
     ok("build-index", str(tmp / "emb"), "--index", str(index), "-q", "--rescore", rescore)
@@ -126,6 +127,20 @@ def test_embed_and_build_index_equal_wherein_index(library, standin_models, env,
     assert built["files"][phone][3:5] == (64, 96)  # as a player shows it: turned
     assert built["photos"][phone][:2] == ("2024-06-01 12:20:30", "+02:00")
     assert {Path(p).name for p, _ in built["skipped"]} == {"broken.mp4", "memo.mp4"}
+
+
+def test_a_video_split_over_read_batches_builds_the_same(library, env, tmp_path, monkeypatch):
+    """build-index reads shards a batch of rows at a time: a video whose frames straddle two
+    batches is still one file with all its frames."""
+    from wherein.indexer.scale import embed_set
+
+    whole = catalog_view(build(library, tmp_path / "whole", rescore="float32"))
+    monkeypatch.setattr(embed_set, "READ_ROWS", 4)
+    split = catalog_view(build(library, tmp_path / "split", rescore="float32"))
+    assert split["files"] == whole["files"] and split["videos"] == whole["videos"]
+    assert split["items"].keys() == whole["items"].keys()
+    for key, vec in whole["items"].items():
+        np.testing.assert_array_equal(split["items"][key], vec, err_msg=str(key))
 
 
 def test_search_finds_the_video_at_its_moment_and_status_is_ok(library, env, tmp_path):
