@@ -42,7 +42,8 @@ def register(cli: click.Group) -> None:
     "--shard-size",
     type=click.IntRange(1),
     default=None,
-    help="Images per shard [10000; fixed by the first run].",
+    help="Files per shard [10000; fixed by the first run]. A video is one file of up to "
+    "--max-frames rows, all held until its shard is written: use fewer for a folder of videos.",
 )
 @click.option(
     "--actors",
