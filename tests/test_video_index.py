@@ -108,7 +108,7 @@ def library(tmp_path) -> Path:
 # --- what a file is -----------------------------------------------------------------------
 
 
-def test_videos_are_found_by_name_and_by_content_and_embed_leaves_them(tmp_path):
+def test_videos_are_found_by_name_and_by_content_and_embed_lists_them(tmp_path):
     write_video(tmp_path / "a.mp4", segments, seconds=1)
     write_video(tmp_path / "IMG_0001", segments, seconds=1, fmt="mp4")  # no extension
     photo(tmp_path / "p.png", RED)
@@ -121,8 +121,8 @@ def test_videos_are_found_by_name_and_by_content_and_embed_leaves_them(tmp_path)
     # A watch looks where an event names a video, by name or by content, and nowhere else.
     assert folders_to_walk([str(tmp_path / "IMG_0001")], [str(tmp_path)]) == [str(tmp_path)]
     assert folders_to_walk([str(tmp_path / "notes.txt")], [str(tmp_path)]) == []
-    # `wherein embed` shards hold photos only so far: its sources ask the same seam.
-    assert [Path(i.uri).name for i in list_items([str(tmp_path)])] == ["p.png"]
+    # `wherein embed`'s sources ask the same seam (a video's frames are rows of its shards).
+    assert [Path(i.uri).name for i in list_items([str(tmp_path)])] == found
 
 
 # --- one run over a mixed folder --------------------------------------------------------

@@ -94,6 +94,29 @@ def _next_chunk(job: VideoJob, spec: ImageInput, size: int) -> tuple[FrameChunk,
     return FrameChunk(job, times, last=True, damage=job.sampling.damage), pixels
 
 
+def begin(job: VideoJob, settings: FrameSettings) -> None:
+    """Start sampling job's video as settings say (its frames are decoded as they are read)."""
+    job.sampling = Sampling(job.path, every=settings.every, max_frames=settings.max_frames)
+    job.frames = iter(job.sampling)
+
+
+def chunks(
+    job: VideoJob, spec: ImageInput, settings: FrameSettings
+) -> Iterator[tuple[FrameChunk, list[np.ndarray]]]:
+    """A whole video's frames, chunk by chunk, in this thread (one task per video:
+    `wherein embed --engine ray`): the same frames and pixels as the FrameFeed gives."""
+    begin(job, settings)
+    try:
+        while True:
+            chunk, pixels = _next_chunk(job, spec, settings.chunk)
+            job.embedded += len(chunk.times)
+            yield chunk, pixels
+            if chunk.last:
+                return
+    finally:
+        _close(job)
+
+
 class FrameFeed:
     """The pipeline's Side for videos: one chunk task in flight per active video."""
 
@@ -108,9 +131,7 @@ class FrameFeed:
         self.active: deque[tuple[VideoJob, Future]] = deque()
 
     def start(self, job: VideoJob) -> None:
-        s = self.settings
-        job.sampling = Sampling(job.path, every=s.every, max_frames=s.max_frames)
-        job.frames = iter(job.sampling)
+        begin(job, self.settings)
         self.active.append((job, self._submit(job)))
 
     def _submit(self, job: VideoJob) -> Future:

@@ -85,6 +85,7 @@ class _Filler:
     def __init__(self, cat: Catalog, es: EmbedSet, first_new_id: int) -> None:
         self.cat, self.es, self.first_new_id = cat, es, first_new_id
         self.out = Filled()
+        self.videos: dict[int, bool] = {}  # file id of a video met -> its rows are written
 
     def run(self, say: Callable[[str], object]) -> Filled:
         cat, es = self.cat, self.es
@@ -101,31 +102,9 @@ class _Filler:
                     vecs = S.embeddings(t, es.dim)
                     cols = t.drop(["embedding"]).to_pydict()
                     cols["uri"] = [S.uri_of_cell(u) for u in cols["uri"]]
-                    keep = np.ones(len(cols["id"]), bool)
-                    if meet:
-                        keep = self._resolve(cols["uri"], cols["id"], ref, when)
-                    records = [
-                        {
-                            "id": cols["id"][j],
-                            "path": cols["uri"][j],
-                            "size": cols["size"][j],
-                            "mtime_ns": cols["mtime_ns"][j],
-                            "sha256": cols["sha256"][j],
-                            "width": cols["width"][j],
-                            "height": cols["height"][j],
-                            "format": _fmt(cols["uri"][j]),
-                            "indexed_at": when,
-                            "model_id": es.model_id,
-                        }
-                        for j in np.flatnonzero(keep)
-                    ]
-                    if records:
-                        cat.insert_images(records, vecs[keep])
-                        if "taken" in cols:  # shards written since EXIF is carried
-                            cat.store_photos(_photo_rows(cols, np.flatnonzero(keep)))
+                    paths = self._write_batch(cols, vecs, ref, when, meet, meet_skips)
+                    if paths:
                         sources.add(ref.source)
-                        if meet_skips:
-                            cat.forget_skips([r["path"] for r in records])
                 errors = ref.errors()
                 if errors["uri"]:
                     keep = np.ones(len(errors["uri"]), bool)
@@ -145,6 +124,63 @@ class _Filler:
             say(f"catalog: shard {k + 1}/{len(es.shards)}")
         return self.out
 
+    def _write_batch(
+        self, cols: dict, vecs: np.ndarray, ref: ShardRef, when: str, meet: bool, meet_skips: bool
+    ) -> list[str]:
+        """One batch of a shard's rows: photos in bulk, videos' frames after their file row
+        (a video's rows can span two batches: its file is decided, and written, once).
+        Returns the paths of the files written."""
+        cat, n = self.cat, len(cols["id"])
+        kinds = cols.get("kind") or ["image"] * n
+        first = [j for j in range(n) if j == 0 or cols["file_id"][j] != cols["file_id"][j - 1]]
+        new = [j for j in first if cols["file_id"][j] not in self.videos]
+        keep = np.ones(len(new), bool)
+        if meet and new:
+            keep = self._resolve([cols["uri"][j] for j in new], [cols["file_id"][j] for j in new],
+                                 ref, when)  # fmt: skip
+        for j, k in zip(new, keep, strict=True):
+            if kinds[j] == "frame":
+                self.videos[cols["file_id"][j]] = bool(k)
+        written = [j for j, k in zip(new, keep, strict=True) if k]
+        photos = [j for j in written if kinds[j] != "frame"]
+        videos = [j for j in written if kinds[j] == "frame"]
+        if photos:
+            cat.insert_images([self._record(cols, j, when) for j in photos], vecs[photos])
+        if videos:
+            cat.insert_videos(
+                [self._record(cols, j, when) for j in videos],
+                [{k: cols[k][j] for k in S.VIDEO_FIELDS} for j in videos],
+            )
+        frames = [j for j in range(n) if kinds[j] == "frame"]
+        kept = [j for j in frames if self.videos[cols["file_id"][j]]]
+        if kept:
+            cat.insert_items(
+                [(cols["id"][j], cols["file_id"][j], "frame", cols["t"][j]) for j in kept],
+                vecs[kept],
+            )
+        dropped = set(frames) - set(kept)  # frames of a video an as new or newer row has
+        self.out.excluded.extend(int(cols["id"][j]) for j in sorted(dropped))
+        if written and "taken" in cols:  # shards written since EXIF is carried
+            cat.store_photos(_photo_rows(cols, np.array(written, np.int64)))
+        paths = [cols["uri"][j] for j in written]
+        if paths and meet_skips:
+            cat.forget_skips(paths)
+        return paths
+
+    def _record(self, cols: dict, j: int, when: str) -> dict:
+        return {
+            "id": cols["file_id"][j],
+            "path": cols["uri"][j],
+            "size": cols["size"][j],
+            "mtime_ns": cols["mtime_ns"][j],
+            "sha256": cols["sha256"][j],
+            "width": cols["width"][j],
+            "height": cols["height"][j],
+            "format": _fmt(cols["uri"][j]),
+            "indexed_at": when,
+            "model_id": self.es.model_id,
+        }
+
     def _describe(self, item_id: int, indexed_at: str | None) -> str:
         if item_id >= self.first_new_id:
             return self.es.describe(item_id)
@@ -160,7 +196,7 @@ class _Filler:
         rows = self.cat.rows_by_ids(existing.values())
         new_when = _when(when)
         position = {p: j for j, p in enumerate(paths)}
-        older = []
+        older: list[int] = []
         for path, old_id in existing.items():
             j = position[path]
             old_at = rows[old_id]["indexed_at"] if old_id in rows else None
@@ -171,18 +207,21 @@ class _Filler:
             else:
                 older.append(old_id)
                 self.out.duplicates.add(path, ref.name, self._describe(old_id, old_at))
-                gone = self.out.replaced if old_id < self.first_new_id else self.out.excluded
-                gone.append(old_id)
+        # FAISS holds items: a photo's id is its file's, a video's are its frames'.
+        frames = self.cat.embedded_frames(older)
+        for old_id in older:
+            gone = self.out.replaced if old_id < self.first_new_id else self.out.excluded
+            gone.extend([i for i, _ in frames[old_id]] if old_id in frames else [old_id])
         self.cat.delete_images(older)
         return keep
 
 
 def _photo_rows(cols: dict, rows: np.ndarray) -> list[dict]:
-    """The photos table's rows for these shard rows: their EXIF as `wherein embed` read it,
-    for the same bytes (size, mtime_ns) the images row describes."""
+    """The photos table's rows for these shard rows: their EXIF as `wherein embed` read it (a
+    video's taken/GPS), for the same bytes (size, mtime_ns) the images row describes."""
     return [
         {
-            "image_id": cols["id"][j],
+            "image_id": cols["file_id"][j],
             "size": cols["size"][j],
             "mtime_ns": cols["mtime_ns"][j],
             **{k: cols[k][j] for k in S.PHOTO_FIELDS},

@@ -17,6 +17,7 @@ import numpy as np
 
 from wherein.indexer.imaging import JPEG_DRAFT, Prepared
 from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers, run_pipeline
+from wherein.indexer.ingest.videos import FrameChunk, FrameFeed, FrameSettings, VideoJob
 from wherein.indexer.ingest.walk import WalkProblem
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import entry_for
@@ -35,7 +36,8 @@ class EmbedStats:
     shards: int = 0
     done_before: int = 0  # shards an earlier run completed (skipped now)
     written: int = 0
-    embedded: int = 0
+    embedded: int = 0  # items (a video counts once)
+    frames: int = 0  # of which video frames: rows of their own in the shards
     failed: int = 0
     seconds: float = 0.0
     resumed: bool = False
@@ -57,6 +59,7 @@ class EmbedStats:
             "shards_done_before": self.done_before,
             "shards_written": self.written,
             "embedded": self.embedded,
+            "frames": self.frames,
             "failed": self.failed,
             "complete": self.complete,
             "seconds": round(self.seconds, 2),
@@ -87,8 +90,10 @@ def embed(
     progress: Callable[[int], object] | None = None,
     on_total: Callable[[int], None] | None = None,
     say: Callable[[str], object] | None = None,
+    frames: FrameSettings = FrameSettings(),  # noqa: B008 - frozen, shared safely
 ) -> EmbedStats:
-    """say: one-line notes for the user (which Ray cluster and token were used)."""
+    """say: one-line notes for the user (which Ray cluster and token were used). frames: how
+    videos are sampled (as `wherein index --frame-every/--max-frames`), fixed by the first run."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
     t0 = time.perf_counter()
@@ -111,7 +116,10 @@ def embed(
         entry_for(models).spec.dim,
         lambda: list_items(srcs, stats.problems),
         model_file,
+        {"frame_every": frames.every, "max_frames": frames.max_frames},
     )
+    # A resumed run samples as the first one did (open_plan refuses other settings).
+    frames = FrameSettings(plan.sampling["frame_every"], plan.sampling["max_frames"], frames.chunk)
     pending = plan.pending()
     stats.items, stats.shards = plan.count, plan.shards
     stats.done_before = plan.shards - len(pending)
@@ -120,7 +128,7 @@ def embed(
         on_total(sum(plan.shard_count(i) for i in pending))
     try:
         if pending and engine == "local":
-            _run_local(plan, pending, writer, models, workers, threads, draft, progress)
+            _run_local(plan, pending, writer, models, workers, threads, draft, progress, frames)
         elif pending:
             from wherein.indexer.scale.ray_embed import run_ray
 
@@ -135,14 +143,16 @@ def embed(
                 draft,
                 progress,
                 say,
+                frames,
             )
     except KeyboardInterrupt:
         stats.interrupted = True
     finally:
         manifest = shards.write_manifest(plan)
-        stats.written, stats.embedded, stats.failed = (
+        stats.written, stats.embedded, stats.frames, stats.failed = (
             len(writer.written),
             writer.embedded,
+            writer.frames,
             writer.failed,
         )
         stats.complete = manifest["complete"]
@@ -165,8 +175,73 @@ def row_of(item_id: int, uri: str, res: Prepared, vector: np.ndarray | None) -> 
     }
 
 
-def _run_local(plan, pending, writer, models, workers, threads, draft, progress) -> None:
-    """The ingest pipeline `wherein index` runs; a commit hands finished rows to the shard writer."""
+def frame_rows(
+    item_id: int, uri: str, res: Prepared, times: list[float], vectors, damage: str | None
+) -> list[dict]:
+    """A video's rows: one per sampled frame (t seconds, its vector), each with the file's
+    fields, taken/GPS as photo, and the videos row (frames: how many, damage: why the rest
+    of the stream was skipped)."""
+    assert res.video is not None
+    v = res.video
+    video = {"duration": v.duration, "fps": v.fps, "codec": v.codec, "rotation": v.rotation,
+             "frames": len(times), "damage": damage}  # fmt: skip
+    base = row_of(item_id, uri, res, None)
+    return [
+        {**base, "embedding": vec, "kind": "frame", "t": t, "video": video}
+        for t, vec in zip(times, vectors, strict=True)
+    ]
+
+
+class _LocalRun:
+    """The state of one local embed: a video's frames gather here until its last chunk."""
+
+    def __init__(self, writer: shards.ShardWriter, feed: FrameFeed, progress) -> None:
+        self.writer, self.feed, self.progress = writer, feed, progress
+        # id(job) -> (plan row, probe, times, vectors): the frames of a video so far
+        self.videos: dict[int, tuple[tuple, Prepared, list[float], list]] = {}
+
+    def route(self, t: tuple, res: Prepared) -> Step:
+        if res.video is not None and not res.error:
+            job = VideoJob(t[2], res.size, res.mtime_ns)
+            self.videos[id(job)] = (t, res, [], [])
+            self.feed.start(job)
+            return Step(None)  # nothing to write until its frames are in
+        return Step((t, res), None if res.error else res.pixels)
+
+    def commit(self, steps: list[Step]) -> None:
+        done = 0
+        for s in steps:
+            if isinstance(s.item, FrameChunk):
+                done += self._frames(s.item, s.vector)
+            elif s.item is not None:
+                (item_id, shard, uri, _o, _l), res = s.item
+                self.writer.add(shard, row_of(item_id, uri, res, s.vector))
+                done += 1
+        if self.progress and done:
+            self.progress(done)
+
+    def _frames(self, chunk: FrameChunk, vectors) -> int:
+        t, res, times, vecs = self.videos[id(chunk.job)]
+        chunk.job.embedded += len(chunk.times)  # a decoder failing later is damage, not a skip
+        times.extend(chunk.times)
+        vecs.extend(vectors if vectors is not None else [])
+        if not chunk.last:
+            return 0
+        del self.videos[id(chunk.job)]
+        item_id, shard, uri = t[:3]
+        if chunk.error is not None:  # not one frame decoded: a failed item, as a broken photo
+            res.error = chunk.error
+            self.writer.add(shard, row_of(item_id, uri, res, None))
+        else:
+            self.writer.add_item(shard, frame_rows(item_id, uri, res, times, vecs, chunk.damage))
+        return 1
+
+
+def _run_local(plan, pending, writer, models, workers, threads, draft, progress, frames) -> None:
+    """The ingest pipeline `wherein index` runs, videos' frames included (its FrameFeed on
+    the same decode pool); a commit hands finished items to the shard writer."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from wherein.indexer.models.registry import load_image_embedder
 
     tower = load_image_embedder(models, threads)
@@ -177,15 +252,14 @@ def _run_local(plan, pending, writer, models, workers, threads, draft, progress)
     def load(t: tuple) -> Prepared:
         return records.load(t[2], tower.spec.image, t[3], t[4], draft)
 
-    def route(t: tuple, res: Prepared) -> Step[tuple]:
-        return Step((t, res), None if res.error else res.pixels)
-
-    def commit(steps: list[Step[tuple]]) -> None:
-        for s in steps:
-            (item_id, shard, uri, _o, _l), res = s.item
-            writer.add(shard, row_of(item_id, uri, res, s.vector))
-        if progress:
-            progress(len(steps))
-
+    workers = workers or default_workers()
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="decode")
+    run = _LocalRun(writer, FrameFeed(pool, tower.spec.image, frames), progress)
     policy = CommitPolicy(every=max(32, tower.batch_size))
-    run_pipeline(todo, load, route, commit, tower, workers or default_workers(), policy)
+    try:
+        run_pipeline(
+            todo, load, run.route, run.commit, tower, workers, policy, pool=pool, side=run.feed
+        )
+    finally:
+        run.feed.close()
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -3,6 +3,10 @@
 Each `wherein embed` run numbers its items 1..N; a build from several runs (or an
 append to an index built earlier) shifts each run's ids past the ones before it, so
 catalog id = FAISS id stays unique and is never one an index handed out before.
+A video is one planned item (its number becomes its file's id) whose rows are its frames:
+the frame items are numbered after the run's N items, shard by shard in shard order and
+in row order within a shard (the manifest counts each shard's frames), so every reader of
+the shards gives a frame the same id without any state of its own.
 Shards are ordered by the time their ``.done`` marker was written (then by the order
 the directories were given, then by shard number): writing them in that order lets
 the newest shard of a path win simply by coming last.
@@ -30,27 +34,42 @@ class ShardRef:
     offset: int  # added to the shard's ids
     written_at: float  # when its .done marker was written (0 when the marker has no time)
     source: int  # position of its directory in the list given
+    frame_offset: int = 0  # added to a frame's position among the shard's frames (from 1)
 
     @property
     def name(self) -> str:
         return f"{self.embed_dir}/{self.entry['file']}"
 
     def batches(self, columns: list[str] | None = None):
-        """The shard as pyarrow tables of READ_ROWS rows, ids shifted by the offset. The Arrow
-        pool is released after each shard (it keeps freed buffers, and a 1M build grew by GBs)."""
+        """The shard as pyarrow tables of READ_ROWS rows, ids shifted by the offset: ``id`` is
+        the item's (FAISS) id, ``file_id`` its file's (a photo's are one; a frame's file is
+        its video, whose rows share the planned item's number). The Arrow pool is released
+        after each shard (it keeps freed buffers, and a 1M build grew by GBs)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         path = self.embed_dir / self.entry["file"]
+        frames_seen = 0
         try:
             with pq.ParquetFile(path) as f:
-                for batch in f.iter_batches(batch_size=READ_ROWS, columns=columns):
+                has_kind = "kind" in f.schema_arrow.names
+                want = columns
+                if columns is not None and has_kind and "kind" not in columns:
+                    want = [*columns, "kind"]
+                for batch in f.iter_batches(batch_size=READ_ROWS, columns=want):
                     t = pa.Table.from_batches([batch])
-                    if self.offset and "id" in t.column_names:
-                        shifted = pc.add(t.column("id"), pa.scalar(self.offset, pa.int64()))
-                        t = t.set_column(t.column_names.index("id"), "id", shifted)
-                    yield t
+                    if "id" not in t.column_names:
+                        yield t
+                        continue
+                    file_ids = t.column("id").to_numpy() + self.offset
+                    ids = file_ids.copy()
+                    if has_kind:
+                        frame = t.column("kind").to_numpy(zero_copy_only=False) == "frame"
+                        n = int(frame.sum())
+                        ids[frame] = self.frame_offset + frames_seen + np.arange(1, n + 1)
+                        frames_seen += n
+                    t = t.set_column(t.column_names.index("id"), "id", pa.array(ids, pa.int64()))
+                    yield t.append_column("file_id", pa.array(file_ids, pa.int64()))
         except (OSError, pa.ArrowException) as exc:  # pages damaged behind an intact footer
             raise S.ShardError(damaged_shard(path, exc)) from None
         pa.default_memory_pool().release_unused()
@@ -104,10 +123,12 @@ class EmbedSet:
                     yield ids, vecs
 
     def describe(self, item_id: int) -> str:
-        """Which directory and shard an id of this set came from."""
+        """Which directory and shard an id of this set (a file's or a frame's) came from."""
         for ref in self.shards:
             lo = ref.offset + ref.entry["shard"] * self.manifests[ref.source]["shard_size"]
             if lo < item_id <= lo + self.manifests[ref.source]["shard_size"]:
+                return ref.name
+            if ref.frame_offset < item_id <= ref.frame_offset + ref.entry.get("frames", 0):
                 return ref.name
         return "the index"
 
@@ -127,9 +148,12 @@ def open_set(dirs: list[str | Path], first_id: int = 1) -> EmbedSet:
             )
     refs, offset = [], first_id - 1
     for k, (p, m) in enumerate(zip(paths, manifests, strict=True)):
-        for entry in m["shards"]:
-            refs.append(ShardRef(p, entry, offset, _written_at(p, entry["shard"]), k))
-        offset += m["items"]
+        frame_offset = offset + m["items"]  # the run's frames follow its planned items
+        for entry in sorted(m["shards"], key=lambda e: e["shard"]):
+            when = _written_at(p, entry["shard"])
+            refs.append(ShardRef(p, entry, offset, when, k, frame_offset))
+            frame_offset += entry.get("frames", 0)
+        offset = frame_offset
     refs.sort(key=lambda r: (r.written_at, r.source, r.entry["shard"]))
     return EmbedSet(
         paths,

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from wherein.indexer.ingest.videos import FrameSettings, VideoJob, chunks
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import entry_for
 from wherein.indexer.scale import records
-from wherein.indexer.scale.shards import PHOTO_FIELDS, uri_of_cell
+from wherein.indexer.scale.shards import PHOTO_FIELDS, VIDEO_FIELDS, uri_of_cell
 from wherein.schemas.models import ImageInput
 
 DECODE_BATCH = 16
@@ -37,38 +38,77 @@ def pool_size(total_cpus: float, actors: int | None, actor_cpus: float | None) -
     return actors, actor_cpus
 
 
-def decode_batch(batch: dict, draft: bool, spec: ImageInput) -> dict:
-    n = len(batch["id"])
+# Every batch a decode task yields has these columns (Ray Data unifies the blocks' schemas).
+_FILE = ("size", "mtime_ns", "sha256", "width", "height", "error")
+_ITEM = ("kind", "t", *VIDEO_FIELDS)
+
+
+def _empty() -> dict[str, list]:
+    return {k: [] for k in ("id", "shard", "uri", "pixels", *_FILE, *PHOTO_FIELDS, *_ITEM)}
+
+
+def _put(out: dict[str, list], src: dict, j: int, res, pixels, item: dict) -> None:
+    """One output row: the plan row j of src, the file fields of res, and the item's."""
+    for k in ("id", "shard", "uri"):
+        out[k].append(src[k][j])
+    out["pixels"].append(pixels)
+    for k in _FILE:
+        out[k].append(getattr(res, k))
+    photo = res.photo.as_dict() if res.photo is not None else {}
+    for k in PHOTO_FIELDS:
+        out[k].append(photo.get(k))
+    for k in _ITEM:
+        out[k].append(item.get(k))
+
+
+def _arrays(out: dict[str, list], spec: ImageInput) -> dict:
     size = spec.size
-    pixels = np.zeros((n, 3, size, size), np.float32)
-    cols: dict[str, list[object]] = {
-        k: [] for k in ("size", "mtime_ns", "sha256", "width", "height", "error")
-    }
-    photos: dict[str, list[object]] = {k: [] for k in PHOTO_FIELDS}
-    for j in range(n):
-        res = records.load(
-            uri_of_cell(str(batch["uri"][j])),
-            spec,
-            int(batch["offset"][j]),
-            int(batch["length"][j]),
-            draft,
-        )
-        if res.pixels is not None:
-            pixels[j] = res.pixels
-        for k in cols:
-            cols[k].append(getattr(res, k))
-        photo = res.photo.as_dict() if res.photo is not None else {}
-        for k in PHOTO_FIELDS:
-            photos[k].append(photo.get(k))
-    out = {"id": batch["id"], "shard": batch["shard"], "uri": batch["uri"], "pixels": pixels}
-    out.update(
-        {
-            k: np.array(v, dtype=object if k in ("sha256", "error") else np.int64)
-            for k, v in cols.items()
-        }
-    )
-    out.update({k: np.array(v, dtype=object) for k, v in photos.items()})  # None where unknown
-    return out
+    pixels = np.zeros((len(out["id"]), 3, size, size), np.float32)
+    for j, p in enumerate(out["pixels"]):
+        if p is not None:
+            pixels[j] = p
+    ints = ("id", "shard", "size", "mtime_ns", "width", "height")
+    arrays = {k: np.array(v, dtype=np.int64 if k in ints else object) for k, v in out.items()}
+    arrays["pixels"] = pixels
+    return arrays  # None (object) where a field is unknown
+
+
+def decode_batch(batch: dict, draft: bool, spec: ImageInput, frames: FrameSettings | None = None):
+    """Decode one batch of plan rows (a task). A photo is one row; a video is decoded whole in
+    this task, its sampled frames yielded chunk by chunk as rows of their own (a generator:
+    at most one chunk of a video's pixels is held); the rows of its last chunk carry the
+    video's frame count and damage, so the driver knows when all its rows are in."""
+    frames = frames or FrameSettings()
+    out = _empty()
+    for j in range(len(batch["id"])):
+        uri = uri_of_cell(str(batch["uri"][j]))
+        res = records.load(uri, spec, int(batch["offset"][j]), int(batch["length"][j]), draft)
+        if res.video is None or res.error:
+            _put(out, batch, j, res, res.pixels, {"kind": "image"})
+            continue
+        job = VideoJob(uri, res.size, res.mtime_ns)
+        v = res.video
+        item = {"kind": "frame", "duration": v.duration, "fps": v.fps, "codec": v.codec,
+                "rotation": v.rotation, "frames": -1}  # fmt: skip
+        held: tuple[list[float], list] = ([], [])  # the latest frames, out once more follow
+        for chunk, pixels in chunks(job, spec, frames):
+            if chunk.error is not None:  # not one frame: the item fails, as a broken photo
+                res.error = chunk.error
+                _put(out, batch, j, res, None, {"kind": "image"})
+                break
+            if chunk.times:
+                for t, px in zip(*held, strict=True):
+                    _put(out, batch, j, res, px, {**item, "t": t})
+                held = (chunk.times, pixels)
+            if chunk.last:  # the last rows say how many there are (a last chunk can be empty)
+                last = {**item, "frames": job.embedded, "damage": chunk.damage}
+                for t, px in zip(*held, strict=True):
+                    _put(out, batch, j, res, px, {**last, "t": t})
+            if len(out["id"]) >= DECODE_BATCH:
+                yield _arrays(out, spec)
+                out = _empty()
+    if out["id"]:
+        yield _arrays(out, spec)
 
 
 class Embedder:
@@ -93,7 +133,17 @@ class Embedder:
 
 
 def run_ray(
-    plan, pending, writer, models_root, address, actors, actor_cpus, draft, progress, say=None
+    plan,
+    pending,
+    writer,
+    models_root,
+    address,
+    actors,
+    actor_cpus,
+    draft,
+    progress,
+    say=None,
+    frames=None,
 ) -> None:
     from wherein.indexer.scale import ray_quiet
     from wherein.indexer.scale.ray_session import ray_session
@@ -114,7 +164,11 @@ def run_ray(
             decode_batch,
             batch_size=DECODE_BATCH,
             batch_format="numpy",
-            fn_kwargs={"draft": draft, "spec": entry_for(ModelDir(Path(models_root))).spec.image},
+            fn_kwargs={
+                "draft": draft,
+                "spec": entry_for(ModelDir(Path(models_root))).spec.image,
+                "frames": frames,
+            },
             num_cpus=1,
             # A memory reservation of its own also keeps Ray from fusing the
             # decode tasks into the actors (decode must run in parallel tasks).
@@ -133,27 +187,51 @@ def run_ray(
 
 
 def _collect(ds, writer, progress) -> None:
-    """Rows as they come back from the actors, into the shard writer."""
+    """Rows as they come back from the actors, into the shard writer; a video's frame rows
+    (in any order) wait until as many are in as its last chunk counted."""
+    videos: dict[int, list[dict]] = {}  # plan id -> its frame rows so far
+    expected: dict[int, int] = {}  # plan id -> its frame count, once its last chunk is in
     for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
+        done = 0
         for j in range(len(batch["id"])):
-            err = str(batch["error"][j])
-            writer.add(
-                int(batch["shard"][j]),
-                {
-                    "id": int(batch["id"][j]),
-                    "uri": str(batch["uri"][j]),
-                    "size": int(batch["size"][j]),
-                    "mtime_ns": int(batch["mtime_ns"][j]),
-                    "sha256": str(batch["sha256"][j]),
-                    "width": int(batch["width"][j]),
-                    "height": int(batch["height"][j]),
-                    "error": err,
-                    "embedding": None if err else batch["embedding"][j],
-                    "photo": {k: _plain(batch[k][j]) for k in PHOTO_FIELDS if k in batch},
-                },
-            )
-        if progress:
-            progress(len(batch["id"]))
+            row, shard = _row(batch, j), int(batch["shard"][j])
+            if row.get("kind") != "frame":
+                writer.add(shard, row)
+                done += 1
+                continue
+            rows = videos.setdefault(row["id"], [])
+            rows.append(row)
+            if row["video"]["frames"] >= 0:
+                expected[row["id"]] = row["video"]["frames"]
+            if len(rows) == expected.get(row["id"]):
+                last = next(r["video"] for r in rows if r["video"]["frames"] >= 0)
+                for r in rows:
+                    r["video"] = last
+                writer.add_item(shard, rows)
+                del videos[row["id"]], expected[row["id"]]
+                done += 1
+        if progress and done:
+            progress(done)
+
+
+def _row(batch: dict, j: int) -> dict:
+    err = str(batch["error"][j])
+    row = {
+        "id": int(batch["id"][j]),
+        "uri": str(batch["uri"][j]),
+        "size": int(batch["size"][j]),
+        "mtime_ns": int(batch["mtime_ns"][j]),
+        "sha256": str(batch["sha256"][j]),
+        "width": int(batch["width"][j]),
+        "height": int(batch["height"][j]),
+        "error": err,
+        "embedding": None if err else batch["embedding"][j],
+        "photo": {k: _plain(batch[k][j]) for k in PHOTO_FIELDS if k in batch},
+    }
+    if "kind" in batch and _plain(batch["kind"][j]) == "frame":
+        row["kind"], row["t"] = "frame", float(batch["t"][j])
+        row["video"] = {k: _plain(batch[k][j]) for k in VIDEO_FIELDS}
+    return row
 
 
 def _plain(value: object) -> object:

@@ -1,11 +1,15 @@
 """The embed output directory: plan, parquet shards with done markers, manifest.
 
     OUT/
-      plan.json, plan.parquet       the sorted item list and its shard assignment (fixed at the first run)
-      shards/shard-00000.parquet    id, uri, size, mtime_ns, sha256, width, height, embedding
+      plan.json, plan.parquet       the sorted item list and its shard assignment, and how videos
+                                    are sampled (frame_every, max_frames): fixed at the first run
+      shards/shard-00000.parquet    id, uri, size, mtime_ns, sha256, width, height, embedding,
+                                    photo EXIF, kind, t, and a video's metadata (one row per item:
+                                    a photo's one, each sampled frame of a video)
       shards/shard-00000.errors.parquet   id, uri, size, mtime_ns, reason (failed records)
       shards/shard-00000.done       written last: the shard is complete
-      manifest.json                 model_id, space, dim, shards with counts
+      manifest.json                 model_id, space, dim, sampling, shards with counts (rows,
+                                    frames: rows of video frames, errors)
 
 A shard is complete when its parquet and its done marker exist; every file is
 written to a temp name and renamed, so a killed run leaves no half shard behind
@@ -101,8 +105,24 @@ def shard_schema(dim: int):
             ("height", pa.int32()),
             ("embedding", embedding_type(dim)),
             *[(name, kind()) for name, kind in _photo_types().items()],
+            ("kind", pa.string()),
+            ("t", pa.float64()),
+            *[(name, kind()) for name, kind in _video_types().items()],
         ]
     )
+
+
+# An item's kind and time, and its video's videos row (store/videos.py), repeated on each
+# frame's row (parquet's dictionary encoding stores them once a page); null for a photo.
+# Shards written before videos were carried lack these columns: every row is a photo.
+VIDEO_FIELDS = ("duration", "fps", "codec", "rotation", "frames", "damage")
+
+
+def _video_types() -> dict:
+    import pyarrow as pa
+
+    kinds = {"codec": pa.string, "damage": pa.string, "rotation": pa.int32, "frames": pa.int32}
+    return {name: kinds.get(name, pa.float64) for name in VIDEO_FIELDS}
 
 
 # The photos table's EXIF fields (photometa.PhotoMeta), null where a photo has none; shards
@@ -141,6 +161,7 @@ class Plan:
     dim: int
     sources: list[str] = field(default_factory=list)
     model_file: str = ""
+    sampling: dict = field(default_factory=dict)  # frame_every, max_frames (sampling of videos)
 
     @property
     def shards(self) -> int:
@@ -178,8 +199,10 @@ def open_plan(
     dim: int,
     list_items,
     model_file: str = "",
+    sampling: dict | None = None,
 ) -> tuple[Plan, bool]:
-    """Load the plan of an earlier run (resume) or list the sources and fix a new one. (plan, resumed)."""
+    """Load the plan of an earlier run (resume) or list the sources and fix a new one. (plan, resumed).
+    sampling: how videos are sampled (frame_every, max_frames), fixed by the first run too."""
     import pyarrow as pa
 
     side = out / PLAN_JSON
@@ -197,6 +220,13 @@ def open_plan(
             raise ShardError(
                 f"{out}: shards were embedded with model {meta['model_id']}, not {model_id}; use a new --out"
             )
+        planned = meta.get("sampling") or sampling or {}  # a plan from before videos: as asked
+        for key, value in (sampling or {}).items():
+            if planned.get(key, value) != value:
+                flag = "--" + key.replace("_", "-")
+                raise ShardError(
+                    f"{out}: was planned with {flag} {planned[key]:g}; use it or a new --out"
+                )
         return Plan(
             out,
             meta["shard_size"],
@@ -206,6 +236,7 @@ def open_plan(
             dim,
             meta["sources"],
             model_file,
+            dict(planned),
         ), True
     items: list[Item] = list_items()
     size = shard_size or 10_000
@@ -234,9 +265,12 @@ def open_plan(
         "space": space,
         "dim": dim,
         "items_sha256": digest,
+        "sampling": dict(sampling or {}),
     }
     write_atomic(side, json.dumps(meta, indent=2).encode())
-    return Plan(out, size, len(items), model_id, space, dim, sources, model_file), False
+    return Plan(
+        out, size, len(items), model_id, space, dim, sources, model_file, dict(sampling or {})
+    ), False
 
 
 def write_parquet_atomic(table, path: Path) -> None:
@@ -247,31 +281,40 @@ def write_parquet_atomic(table, path: Path) -> None:
 
 
 class ShardWriter:
-    """Collects embedded rows (in any order) and writes each shard once all its rows are in."""
+    """Collects embedded items (in any order) and writes each shard once all its planned
+    items are in: a photo or a failed item is one row, a video one row per sampled frame."""
 
     def __init__(self, plan: Plan, shards: list[int]) -> None:
         self.plan = plan
         self.expected = {i: plan.shard_count(i) for i in shards}
         self.rows: dict[int, list[dict]] = {i: [] for i in shards}
+        self.items: dict[int, int] = {i: 0 for i in shards}  # planned items in, per shard
         self.run_id = uuid.uuid4().hex[:12]
         self.written: list[int] = []
-        self.embedded = 0
+        self.embedded = 0  # planned items embedded (a video counts once)
+        self.frames = 0  # rows of video frames
         self.failed = 0
         self.t0 = time.perf_counter()
 
     def add(self, shard: int, row: dict) -> None:
-        """row: id, uri, size, mtime_ns, sha256, width, height, error, embedding (ndarray or
-        None), and optionally photo (a dict of PHOTO_FIELDS)."""
-        buf = self.rows[shard]
-        buf.append(row)
-        if len(buf) == self.expected[shard]:
+        """One planned item's one row: id, uri, size, mtime_ns, sha256, width, height, error,
+        embedding (ndarray or None), and optionally photo (a dict of PHOTO_FIELDS)."""
+        self.add_item(shard, [row])
+
+    def add_item(self, shard: int, rows: list[dict]) -> None:
+        """All rows of one planned item: a video's frames share its id and file fields, and
+        add kind 'frame', t and video (a dict of VIDEO_FIELDS)."""
+        self.rows[shard].extend(rows)
+        self.items[shard] += 1
+        if self.items[shard] == self.expected[shard]:
+            del self.items[shard]
             self._write(shard, self.rows.pop(shard))
 
     def _write(self, i: int, rows: list[dict]) -> None:
         import pyarrow as pa
 
         dim = self.plan.dim
-        rows.sort(key=lambda r: r["id"])
+        rows.sort(key=lambda r: (r["id"], r.get("t") or 0.0))
         good = [r for r in rows if not r["error"]]
         bad = [r for r in rows if r["error"]]
         vecs = (
@@ -292,6 +335,13 @@ class ShardWriter:
             if name == "orientation":  # a Ray batch brings a column with nulls as floats
                 values = [None if v is None else int(v) for v in values]
             cols[name] = values
+        cols["kind"] = [r.get("kind", "image") for r in good]
+        cols["t"] = [r.get("t") for r in good]
+        for name in VIDEO_FIELDS:
+            values = [(r.get("video") or {}).get(name) for r in good]
+            if name in ("rotation", "frames"):
+                values = [None if v is None else int(v) for v in values]
+            cols[name] = values
         table = pa.table(cols, schema=shard_schema(dim))
         errors = pa.table(
             {
@@ -306,9 +356,11 @@ class ShardWriter:
         parquet, err_path, done = shard_paths(self.plan.out, i)
         write_parquet_atomic(errors, err_path)
         write_parquet_atomic(table, parquet)
+        frames = sum(r.get("kind") == "frame" for r in good)
         marker = {
             "shard": i,
             "rows": len(good),
+            "frames": frames,
             "errors": len(bad),
             "model_id": self.plan.model_id,
             "run": self.run_id,
@@ -316,7 +368,8 @@ class ShardWriter:
         }
         write_atomic(done, json.dumps(marker).encode())  # last: the shard counts as complete
         self.written.append(i)
-        self.embedded += len(good)
+        self.embedded += len({r["id"] for r in good})
+        self.frames += frames
         self.failed += len(bad)
 
     @property
@@ -350,6 +403,7 @@ def write_manifest(plan: Plan) -> dict:
                 "shard": i,
                 "file": f"{SHARD_DIR}/{parquet.name}",
                 "count": marker["rows"],
+                "frames": marker.get("frames", 0),
                 "errors_file": f"{SHARD_DIR}/{err_path.name}",
                 "errors": marker["errors"],
             }
@@ -364,8 +418,10 @@ def write_manifest(plan: Plan) -> dict:
         "shard_size": plan.shard_size,
         "planned_shards": plan.shards,
         "items": plan.count,
+        "sampling": plan.sampling,
         "complete": complete,
         "count": sum(s["count"] for s in shards),
+        "frames": sum(s["frames"] for s in shards),
         "errors": sum(s["errors"] for s in shards),
         "shards": shards,
     }

@@ -15,13 +15,14 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from wherein.indexer.ingest.walk import WalkProblem, walk
-from wherein.indexer.media import PHOTO, MediaKind, kind_by_name
+from wherein.indexer.media import KINDS, PHOTO, MediaKind, kind_by_name
 from wherein.schemas.errors import WhereinError
 
 TAR_SEP = "#"  # "/data/shard-0001.tar#000123.jpg"
 LIST_COLUMNS = ("uri", "url", "path", "file", "filename")
-# The shards hold photos only so far: a video's frames are not items of `embed` yet.
-KINDS: tuple[MediaKind, ...] = (PHOTO,)
+# Folders give photos and videos (a video's sampled frames are rows of the shards); tar
+# members are photos only: PyAV decodes a video from a local file, not from an offset.
+TAR_KINDS: tuple[MediaKind, ...] = (PHOTO,)
 
 
 class SourceError(WhereinError):
@@ -74,7 +75,7 @@ def tar_items(path: str) -> list[Item]:
             return [
                 Item(f"{path}{TAR_SEP}{m.name}", m.offset_data, m.size)
                 for m in tf
-                if m.isfile() and kind_by_name(m.name) in KINDS
+                if m.isfile() and kind_by_name(m.name) in TAR_KINDS
             ]
     except (tarfile.TarError, OSError) as exc:
         raise SourceError(

@@ -177,17 +177,30 @@ class ItemsTable(FilesTable):
             "INSERT INTO items(id, image_id, kind) VALUES (?, ?, 'image')",
             ((int(r["id"]), int(r["id"])) for r in records),
         )
+        self._put_vectors([int(r["id"]) for r in records], vectors)
+
+    def insert_items(
+        self, rows: Sequence[tuple[int, int, str, float | None]], vectors: np.ndarray
+    ) -> None:
+        """Items with the ids given, (id, file id, kind, t) each, of files already in (a
+        video's frames), and their embeddings, in bulk."""
+        self._conn.executemany(
+            "INSERT INTO items(id, image_id, kind, t) VALUES (?, ?, ?, ?)",
+            ((int(i), int(f), k, None if t is None else float(t)) for i, f, k, t in rows),
+        )
+        self._put_vectors([int(r[0]) for r in rows], vectors)
+
+    def _put_vectors(self, ids: list[int], vectors: np.ndarray) -> None:
         if self._vfile is not None:
             # Rows first: an id clash fails here, before the file row of a committed id is touched.
             self._conn.executemany(
-                "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
-                ((int(r["id"]), b"") for r in records),
+                "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)", ((i, b"") for i in ids)
             )
-            self._vfile.write(np.array([int(r["id"]) for r in records], np.int64), vectors)
+            self._vfile.write(np.array(ids, np.int64), vectors)
             return
         self._conn.executemany(
             "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
-            ((int(r["id"]), vector_to_blob(v)) for r, v in zip(records, vectors, strict=True)),
+            ((i, vector_to_blob(v)) for i, v in zip(ids, vectors, strict=True)),
         )
 
     def set_embedding(self, item_id: int, vector: np.ndarray) -> None:

@@ -12,6 +12,7 @@ import click
 
 from wherein.search.cli.options import (
     echo_json,
+    frame_options,
     friendly_errors,
     index_option,
     json_option,
@@ -56,22 +57,7 @@ def register(cli: click.Group) -> None:
 @click.option(
     "--no-draft", is_flag=True, help="Decode JPEGs at full size (slower, same result within noise)."
 )
-@click.option(
-    "--frame-every",
-    type=click.FloatRange(0.1, 3600),
-    default=2.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Videos: sample a frame at least this often (and at scene cuts).",
-)
-@click.option(
-    "--max-frames",
-    type=click.IntRange(1, 100_000),
-    default=600,
-    show_default=True,
-    help="Videos: at most this many frames per video (a long one is sampled more sparsely, "
-    "over its whole length).",
-)
+@frame_options
 @quiet_option
 @click.option(
     "--wait",

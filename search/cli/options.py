@@ -312,6 +312,28 @@ def ray_address_option(f: Callable) -> Callable:
     )(f)
 
 
+def frame_options(f: Callable) -> Callable:
+    """``--frame-every SECONDS`` and ``--max-frames N``: how videos are sampled, the same for
+    `index` and `embed` (defaults: indexer/video/sample.py's EVERY and MAX_FRAMES, written
+    out here so that --help never imports PyAV)."""
+    f = click.option(
+        "--max-frames",
+        type=click.IntRange(1, 100_000),
+        default=600,
+        show_default=True,
+        help="Videos: at most this many frames per video (a long one is sampled more sparsely, "
+        "over its whole length).",
+    )(f)
+    return click.option(
+        "--frame-every",
+        type=click.FloatRange(0.1, 3600),
+        default=2.0,
+        show_default=True,
+        metavar="SECONDS",
+        help="Videos: sample a frame at least this often (and at scene cuts).",
+    )(f)
+
+
 # -- errors -------------------------------------------------------------------------------
 def friendly_errors(f: Callable) -> Callable:
     """WhereinError -> 'Error: <one line>' on stderr and its ``exit_code`` (1; 75 when locked).

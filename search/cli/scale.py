@@ -11,6 +11,7 @@ from wherein.search.cli.options import (
     choose_engine,
     echo_json,
     engine_option,
+    frame_options,
     friendly_errors,
     index_option,
     json_option,
@@ -42,7 +43,8 @@ def register(cli: click.Group) -> None:
     "--shard-size",
     type=click.IntRange(1),
     default=None,
-    help="Images per shard [10000; fixed by the first run].",
+    help="Files per shard [10000; fixed by the first run]. A video is one file of up to "
+    "--max-frames rows, all held until its shard is written: use fewer for a folder of videos.",
 )
 @click.option(
     "--actors",
@@ -63,6 +65,7 @@ def register(cli: click.Group) -> None:
 @click.option(
     "--no-draft", is_flag=True, help="Decode JPEGs at full size (as `wherein index --no-draft`)."
 )
+@frame_options
 @models_option
 @quiet_option
 @json_option
@@ -78,12 +81,15 @@ def embed(
     workers,
     threads,
     no_draft,
+    frame_every,
+    max_frames,
     models_dir,
     quiet,
     fmt,
 ):
-    """Embed images from SOURCES into parquet shards: folders, .txt/.parquet lists of paths
-    or URIs, and uncompressed webdataset .tar shards."""
+    """Embed images and videos from SOURCES into parquet shards: folders, .txt/.parquet lists
+    of paths or URIs, and uncompressed webdataset .tar shards (photos only). A video's
+    sampled frames are rows of their own (--frame-every, --max-frames as for `index`)."""
     from wherein.search.service import scale as S
     from wherein.search.service.feedback import Feedback
 
@@ -104,6 +110,8 @@ def embed(
             threads=threads,
             draft=not no_draft,
             feedback=feedback,
+            frame_every=frame_every,
+            max_frames=max_frames,
         )
     finally:
         bar.close()
@@ -112,8 +120,9 @@ def embed(
     else:
         click.echo(
             f"{stats.items} items in {stats.shards} shards: {stats.written} written now, "
-            f"{stats.done_before} done before; {stats.embedded} embedded, {stats.failed} failed "
-            f"({stats.images_per_second:.1f} images/s)"
+            f"{stats.done_before} done before; {stats.embedded} embedded"
+            + (f" ({stats.frames} video frames)" if stats.frames else "")
+            + f", {stats.failed} failed ({stats.images_per_second:.1f} images/s)"
         )
         for p in stats.problems:
             click.echo(f"  could not read {p.path}: {p.reason}", err=True)

@@ -34,17 +34,27 @@ def embed(
     threads: int | None = None,
     draft: bool = True,
     feedback: Feedback = QUIET,
+    frame_every: float | None = None,
+    max_frames: int | None = None,
 ) -> EmbedStats:
-    """Embed the images SOURCES list into parquet shards in out (a re-run resumes).
+    """Embed the images and videos SOURCES list into parquet shards in out (a re-run
+    resumes). frame_every/max_frames: how videos are sampled (None: `index`'s defaults).
 
     actors/actor_cpus apply on Ray, workers/threads to the local engine. feedback.say gets
     which Ray cluster and token were used; an interrupted run (stats.interrupted) keeps
     its completed shards.
     """
     from wherein.indexer import paths as P
+    from wherein.indexer.ingest.videos import FrameSettings
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.scale.embed import embed as run_embed
 
+    frames = FrameSettings()
+    if frame_every is not None or max_frames is not None:
+        frames = FrameSettings(
+            every=frame_every if frame_every is not None else frames.every,
+            max_frames=max_frames if max_frames is not None else frames.max_frames,
+        )
     engine = engine or Engine()
     root = P.models_dir(models_dir)
     feedback.models(ModelDir(root))
@@ -66,6 +76,7 @@ def embed(
             progress=feedback.progress,
             on_total=feedback.on_total,
             say=feedback.say,
+            frames=frames,
         )
 
     return engine.run(local=lambda: run("local"), ray=lambda: run("ray"))
