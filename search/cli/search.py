@@ -152,7 +152,6 @@ def search(
       wherein search beach --taken 2024-06..2024-08 --near 43.7,7.26,20 --sort taken
       wherein search "a dog" --kind video         (one hit per video: the time, the moments)
     """
-    from wherein.indexer import paths as P
     from wherein.search import output
     from wherein.search.api import MODEL_TEMPLATE, Query, open_index
     from wherein.search.service.search import (
@@ -198,6 +197,7 @@ def search(
     with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
         standin_banner(searcher.models)
         result = run_search(searcher, request)
+        searched = searcher.store.dir
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     hits = result.hits
@@ -218,4 +218,4 @@ def search(
                 err=True,
             )
         if not hits:
-            click.echo(f"no matches in {P.index_dir(index_dir)}", err=True)
+            click.echo(f"no matches in {searched}", err=True)

@@ -294,9 +294,6 @@ CLI_MAY_IMPORT_FROM_INDEXER: dict[str, dict[str, str]] = {
         # --index and --models read the same environment variables the library resolves.
         "wherein.indexer.paths": "INDEX_ENV and MODELS_ENV, for the options' envvar",
     },
-    # The search command resolves --index itself before it opens the searcher it hands to
-    # search/service/search.py (branch video-search): to go when the service opens it.
-    "search/cli/search.py": {"wherein.indexer.paths": "until the search service"},
 }
 
 
