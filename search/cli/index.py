@@ -178,13 +178,14 @@ def _summary(stats, total: int) -> str:
     counts = stats.file_counts()
     parts = [f"{n} {_COUNT_WORDS[k]}" for k, n in counts.items() if n or k == "embedded"]
     gone = f"; {stats.deleted} removed (gone from disk)" if stats.deleted else ""
-    videos = (
-        f"; {stats.videos} videos sampled ({stats.frames} frames embedded)"
-        if stats.videos or stats.frames
-        else ""
-    )
+    videos = ""
+    if stats.videos or stats.frames:
+        sampled = "1 video" if stats.videos == 1 else f"{stats.videos} videos"
+        videos = f"; {sampled} sampled ({stats.frames} frames embedded)"
+    # A video's frames are searched one by one: the index holds vectors, not only photos.
+    held = f"{total} vectors (photos and video frames)" if videos else f"{total} images"
     return (
-        f"{stats.seen} files: {', '.join(parts)}{gone}{videos}; {total} images in the index "
+        f"{stats.seen} files: {', '.join(parts)}{gone}{videos}; {held} in the index "
         f"({stats.images_per_second:.1f} images/s)"
     )
 
