@@ -19,6 +19,7 @@ from wherein.search.cli.options import (
     friendly_errors,
     index_option,
     kind_options,
+    mask_out_option,
     models_option,
     progress,
     raw_option,
@@ -137,13 +138,7 @@ def _path(h) -> str:
 @click.option(
     "--mask", is_flag=True, help="Also segment where the match is in each image (CLIPSeg)."
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Folder for masks and overlays [default: ./wherein-masks].",
-)
+@mask_out_option
 @click.option(
     "--category-from-labels",
     is_flag=True,

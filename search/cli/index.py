@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from wherein.search.cli.options import (
+    decode_options,
     echo_json,
     frame_options,
     friendly_errors,
@@ -47,16 +48,7 @@ def register(cli: click.Group) -> None:
     help="Set a damaged catalog.db aside (kept as catalog.db.damaged-TIME) and build a new "
     "one, reusing the vectors of unchanged files it can still read; implies --verify.",
 )
-@click.option("--workers", type=click.IntRange(1, 64), default=None, help="Decode threads.")
-@click.option(
-    "--threads",
-    type=click.IntRange(1, 64),
-    default=None,
-    help="Model threads in all [default: one per core, run as up to 4 side-by-side interpreters].",
-)
-@click.option(
-    "--no-draft", is_flag=True, help="Decode JPEGs at full size (slower, same result within noise)."
-)
+@decode_options
 @frame_options
 @quiet_option
 @click.option(

@@ -312,6 +312,38 @@ def ray_address_option(f: Callable) -> Callable:
     )(f)
 
 
+def decode_options(f: Callable) -> Callable:
+    """``--workers``, ``--threads`` and ``--no-draft``: how `index` and `embed` (its local
+    engine) decode and run the image tower, the same on both."""
+    f = click.option(
+        "--no-draft",
+        is_flag=True,
+        help="Decode JPEGs at full size (slower, same result within noise).",
+    )(f)
+    f = click.option(
+        "--threads",
+        type=click.IntRange(1, 64),
+        default=None,
+        help="Model threads in all [default: one per core, run as up to 4 side-by-side "
+        "interpreters].",
+    )(f)
+    return click.option(
+        "--workers", type=click.IntRange(1, 64), default=None, help="Decode threads."
+    )(f)
+
+
+def mask_out_option(f: Callable) -> Callable:
+    """``--out DIR`` of `search --mask` and `select --mask`: where the mask files go."""
+    return click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Folder for <rank>-<stem>.<prompt>.mask.png and .overlay.jpg "
+        "[default: ./wherein-masks].",
+    )(f)
+
+
 def frame_options(f: Callable) -> Callable:
     """``--frame-every SECONDS`` and ``--max-frames N``: how videos are sampled, the same for
     `index` and `embed` (defaults: indexer/video/sample.py's EVERY and MAX_FRAMES, written

@@ -9,6 +9,7 @@ import click
 
 from wherein.search.cli.options import (
     choose_engine,
+    decode_options,
     echo_json,
     engine_option,
     frame_options,
@@ -55,16 +56,7 @@ def register(cli: click.Group) -> None:
 @click.option(
     "--actor-cpus", type=click.FloatRange(0.05), default=None, help="Ray: CPUs per actor [1]."
 )
-@click.option("--workers", type=click.IntRange(1, 64), default=None, help="Local: decode threads.")
-@click.option(
-    "--threads",
-    type=click.IntRange(1, 64),
-    default=None,
-    help="Local: model threads in all, as for index.",
-)
-@click.option(
-    "--no-draft", is_flag=True, help="Decode JPEGs at full size (as `wherein index --no-draft`)."
-)
+@decode_options  # the local engine's (Ray's actors: --actors, --actor-cpus)
 @frame_options
 @models_option
 @quiet_option

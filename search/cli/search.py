@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
@@ -16,6 +15,7 @@ from wherein.search.cli.options import (
     friendly_errors,
     index_option,
     kind_options,
+    mask_out_option,
     models_option,
     raw_option,
     standin_banner,
@@ -82,13 +82,7 @@ def register(cli: click.Group) -> None:
     default=None,
     help="What to segment [default: the query's first positive text].",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Folder for <rank>-<stem>.<prompt>.mask.png and .overlay.jpg [default: ./wherein-masks].",
-)
+@mask_out_option
 @click.option(
     "--min-mask-area",
     type=click.FloatRange(0, 1),
