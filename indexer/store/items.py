@@ -167,12 +167,7 @@ class ItemsTable(FilesTable):
     def insert_images(self, records: Sequence[dict], vectors: np.ndarray) -> None:
         """Rows with the ids given (``id`` in each record: the file's and its one 'image'
         item's) and their embeddings, in bulk."""
-        self._conn.executemany(
-            "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
-            "indexed_at, model_id) VALUES (:id, :key, :size, :mtime_ns, :sha256, :width, "
-            ":height, :format, :indexed_at, :model_id)",
-            ({**r, "key": _key(r["path"])} for r in records),
-        )
+        self._insert_file_rows(records)
         self._conn.executemany(
             "INSERT INTO items(id, image_id, kind) VALUES (?, ?, 'image')",
             ((int(r["id"]), int(r["id"])) for r in records),
@@ -189,6 +184,16 @@ class ItemsTable(FilesTable):
             ((int(i), int(f), k, None if t is None else float(t)) for i, f, k, t in rows),
         )
         self._put_vectors([int(r[0]) for r in rows], vectors)
+
+    def _insert_file_rows(self, records: Sequence[dict]) -> None:
+        """File rows with the ids given (``id`` in each record), no items: bulk inserts'
+        first step, for photos and videos alike."""
+        self._conn.executemany(
+            "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
+            "indexed_at, model_id) VALUES (:id, :key, :size, :mtime_ns, :sha256, :width, "
+            ":height, :format, :indexed_at, :model_id)",
+            ({**r, "key": _key(r["path"])} for r in records),
+        )
 
     def _put_vectors(self, ids: list[int], vectors: np.ndarray) -> None:
         if self._vfile is not None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from wherein.indexer.store import migrations
-from wherein.indexer.store.base import _chunks, _key, _marks, _path, vector_to_blob
+from wherein.indexer.store.base import _chunks, _marks, _path, vector_to_blob
 from wherein.indexer.store.items import ItemsTable
 
 VIDEO_COLUMNS = ("duration", "fps", "codec", "rotation", "frames", "complete", "damage")
@@ -50,12 +50,7 @@ class VideosTable(ItemsTable):
         """Videos' file rows with the ids given (records as insert_images takes them), with
         no items (insert_items adds their frames), and their videos rows, complete: each
         video's (duration, fps, codec, rotation, frames, damage) as sampled to its end."""
-        self._conn.executemany(
-            "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
-            "indexed_at, model_id) VALUES (:id, :key, :size, :mtime_ns, :sha256, :width, "
-            ":height, :format, :indexed_at, :model_id)",
-            ({**r, "key": _key(r["path"])} for r in records),
-        )
+        self._insert_file_rows(records)
         self._conn.executemany(
             "INSERT INTO videos(image_id, duration, fps, codec, rotation, frames, complete, "
             "damage) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
