@@ -34,11 +34,11 @@ def embed(
     threads: int | None = None,
     draft: bool = True,
     feedback: Feedback = QUIET,
-    frame_every: float | None = None,
-    max_frames: int | None = None,
+    frame_every: float = 2.0,
+    max_frames: int = 600,
 ) -> EmbedStats:
     """Embed the images and videos SOURCES list into parquet shards in out (a re-run
-    resumes). frame_every/max_frames: how videos are sampled (None: `index`'s defaults).
+    resumes). frame_every/max_frames: how videos are sampled, as IndexRequest's.
 
     actors/actor_cpus apply on Ray, workers/threads to the local engine. feedback.say gets
     which Ray cluster and token were used; an interrupted run (stats.interrupted) keeps
@@ -49,12 +49,7 @@ def embed(
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.scale.embed import embed as run_embed
 
-    frames = FrameSettings()
-    if frame_every is not None or max_frames is not None:
-        frames = FrameSettings(
-            every=frame_every if frame_every is not None else frames.every,
-            max_frames=max_frames if max_frames is not None else frames.max_frames,
-        )
+    frames = FrameSettings(every=frame_every, max_frames=max_frames)
     engine = engine or Engine()
     root = P.models_dir(models_dir)
     feedback.models(ModelDir(root))
