@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 from launch import python_argv
 from PIL import Image
-from video_files import BLUE, RED, H, W, segments, solid, write_audio, write_video
+from video_files import BLUE, PHONE, RED, H, W, segments, solid, write_audio, write_video
 
 from wherein.indexer import media
 from wherein.indexer.ingest import videos as ingest_videos
@@ -31,11 +31,6 @@ from wherein.indexer.ingest.watch import folders_to_walk
 from wherein.indexer.scale.sources import list_items
 from wherein.indexer.store.catalog import Catalog
 from wherein.search.cli import cli
-
-PHONE = {  # what an iPhone writes: local time with its offset, and an ISO 6709 position
-    "com.apple.quicktime.creationdate": "2024-06-01T12:20:30+0200",
-    "com.apple.quicktime.location.ISO6709": "+48.8584+002.2945+035.000/",
-}
 
 
 def run(*args: str) -> tuple[int, str, str]:

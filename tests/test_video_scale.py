@@ -17,15 +17,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from PIL import Image
-from video_files import RED, segments, solid, write_audio, write_video
+from video_files import PHONE, RED, segments, solid, write_audio, write_video
 
 from wherein.indexer.store.catalog import Catalog
 from wherein.search.cli import cli
-
-PHONE = {  # an iPhone's creation time with its offset, and an ISO 6709 position
-    "com.apple.quicktime.creationdate": "2024-06-01T12:20:30+0200",
-    "com.apple.quicktime.location.ISO6709": "+48.8584+002.2945+035.000/",
-}
 
 
 def run(*args: str) -> tuple[int, str, str]:

@@ -14,6 +14,13 @@ RED, GREEN, BLUE = (220, 20, 20), (20, 200, 20), (20, 20, 220)
 W, H = 96, 64
 
 
+# What an iPhone writes in a .mov: local time with its offset, and an ISO 6709 position.
+PHONE = {
+    "com.apple.quicktime.creationdate": "2024-06-01T12:20:30+0200",
+    "com.apple.quicktime.location.ISO6709": "+48.8584+002.2945+035.000/",
+}
+
+
 def solid(rgb) -> np.ndarray:
     return np.full((H, W, 3), rgb, np.uint8)
 
