@@ -81,17 +81,23 @@ def hash_whole(path: str) -> tuple[str, int, int, tuple[int, int]]:
     return digest.hexdigest(), n, after.st_mtime_ns, (after.st_ctime_ns, after.st_ino)
 
 
+def _not_read(found: FoundFile, exc: OSError | _Changed) -> Prepared | Unsettled:
+    """What a failed read of a photo or a video becomes: gone or changed mid-read, the next
+    run looks again; unopenable, a skip with the walk's stat (what the next run compares)."""
+    if isinstance(exc, FileNotFoundError):
+        return Unsettled("vanished before it was read")
+    if isinstance(exc, _Changed):
+        return Unsettled(str(exc))
+    return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
+
+
 def load_video(found: FoundFile) -> Prepared | Unsettled:
     """Hash and probe one video (runs in a decode thread). Its frames are not decoded here:
     they are sampled in chunks once its row is committed (ingest/videos.py)."""
     try:
         sha256, size, mtime_ns, identity = hash_whole(found.path)
-    except FileNotFoundError:
-        return Unsettled("vanished before it was read")
-    except _Changed as exc:
-        return Unsettled(str(exc))
-    except OSError as exc:
-        return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
+    except (OSError, _Changed) as exc:
+        return _not_read(found, exc)
     res = Prepared(size=size, mtime_ns=mtime_ns, sha256=sha256)
     res.ctime_ns, res.inode = identity
     try:
@@ -113,13 +119,8 @@ def load_file(found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT) -> P
         return load_video(found)
     try:
         data, mtime_ns, identity = read_whole(found.path)
-    except FileNotFoundError:
-        return Unsettled("vanished before it was read")
-    except _Changed as exc:
-        return Unsettled(str(exc))
-    except OSError as exc:
-        # Unopenable: the walk's stat is all there is, and it is what the next run compares.
-        return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
+    except (OSError, _Changed) as exc:
+        return _not_read(found, exc)
     if kind_by_content(found.path, data[:64]) is VIDEO:  # a clip under a photo's name
         del data
         return load_video(found)
