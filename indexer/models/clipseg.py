@@ -317,6 +317,12 @@ class ClipSeg:
         return (np.asarray(hidden, dtype=np.float32)[0, eot] @ self.projection).astype(np.float32)
 
     # -- image ---------------------------------------------------------------
+    @staticmethod
+    def features_from(arrays: Sequence[np.ndarray]) -> Features:
+        """A vision pass read back (e.g. from the cache), in slot order."""
+        t3, t6, t9 = arrays
+        return Features(t3, t6, t9)
+
     def image_features(self, img: Image.Image) -> Features:
         """One vision pass: outputs 0/1/2 are t3/t6/t9 (slot order, never shape)."""
         x = clipseg_input(img)[None]

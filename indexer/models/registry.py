@@ -70,7 +70,15 @@ class Segmenter(Protocol):
 
     def image_features(self, img: Image.Image) -> Any: ...  # the model's own pass type
 
+    def features_from(self, arrays: Sequence[np.ndarray]) -> Any: ...  # a stored pass back
+
     def decode(self, features: Any, cond: np.ndarray) -> np.ndarray: ...
+
+
+# (models, threads, text, image, cached) -> the segmenter; text=False / image=False leave that
+# side out (a worker given the condition; a driver that only computes it), cached: one per
+# models dir and thread count in this process (long-lived servers and mask sessions).
+LoadSegmenter = Callable[["ModelDir", int | None, bool, bool, bool], Segmenter]
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ class ModelEntry:
 
 
 _ENTRIES: dict[str, ModelEntry] = {}
-_SEGMENTERS: dict[str, Callable[[ModelDir, int | None], Segmenter]] = {}
+_SEGMENTERS: dict[str, LoadSegmenter] = {}
 _plugins_loaded = False
 _lock = threading.Lock()
 
@@ -105,7 +113,7 @@ def unregister(key: str) -> None:
     _ENTRIES.pop(key, None)
 
 
-def register_segmenter(key: str, load: Callable[[ModelDir, int | None], Segmenter]) -> None:
+def register_segmenter(key: str, load: LoadSegmenter) -> None:
     _SEGMENTERS[key] = load
 
 
@@ -149,12 +157,21 @@ def load_text_encoder(models: ModelDir) -> TextEncoder:
     return entry_for(models).load_text(models)
 
 
-def load_segmenter(models: ModelDir, threads: int | None = None, key: str = "clipseg") -> Segmenter:
+def load_segmenter(
+    models: ModelDir,
+    threads: int | None = None,
+    *,
+    text: bool = True,
+    image: bool = True,
+    cached: bool = False,
+    key: str = "clipseg",
+) -> Segmenter:
+    """The segmenter every mask path runs (masks on hits, `wherein mask`, Ray, the web)."""
     try:
         load = _SEGMENTERS[key]
     except KeyError:
         raise ModelError(f"no segmenter {key!r} is registered") from None
-    return load(models, threads)
+    return load(models, threads, text, image, cached)
 
 
 # -- the built-in entries: SigLIP 2 (LiteRT image tower; LiteRT or open_clip text tower),
@@ -188,10 +205,14 @@ def _graph_id(space: str, graph: Path, size: int, mtime_ns: int) -> str:
     return tower_id(space, graph)
 
 
-def _clipseg(models: ModelDir, threads: int | None) -> Segmenter:
-    from wherein.indexer.models.clipseg import load_cached
+def _clipseg(
+    models: ModelDir, threads: int | None, text: bool, image: bool, cached: bool
+) -> Segmenter:
+    from wherein.indexer.models.clipseg import ClipSeg, load_cached
 
-    return load_cached(models.root, threads)
+    if cached and text and image:
+        return load_cached(models.root, threads)
+    return ClipSeg.load(models, threads, text=text, image=image)
 
 
 SIGLIP2_ENTRY = register(ModelEntry(SIGLIP2, _siglip_image, _siglip_text, _siglip_identify))

@@ -56,13 +56,12 @@ def graph_id(model: Any) -> str | None:
 
 def rounded(features: Any) -> Any:
     """The features as they are stored: float32 values of float16 precision."""
-    from wherein.indexer.models.clipseg import Features
-
-    t3, t6, t9 = (
-        np.asarray(t, dtype=np.float32).astype(STORED_DTYPE).astype(np.float32)
-        for t in features.in_slot_order()
+    return type(features)(
+        *(
+            np.asarray(t, dtype=np.float32).astype(STORED_DTYPE).astype(np.float32)
+            for t in features.in_slot_order()
+        )
     )
-    return Features(t3, t6, t9)
 
 
 class VisionStore:
@@ -90,8 +89,6 @@ class VisionStore:
 
     def load(self, model: Any, key: str) -> Any | None:
         """The stored features (float32 of float16 precision), or None."""
-        from wherein.indexer.models.clipseg import Features
-
         path = self._path(model, key)
         if path is None:
             return None
@@ -110,8 +107,7 @@ class VisionStore:
         if self.janitor is not None:
             self.janitor.used(path)
         self.loaded += 1
-        t3, t6, t9 = (a.astype(np.float32) for a in arr)
-        return Features(t3, t6, t9)
+        return model.features_from([a.astype(np.float32) for a in arr])
 
     def save(self, model: Any, key: str, features: Any) -> None:
         """Store features; failures (full disk, read-only folder) only cost the next pass."""

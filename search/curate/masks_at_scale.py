@@ -58,11 +58,10 @@ class RayMaskStats:
 
 def model_identity(models: ModelDir) -> str:
     """The CLIPSeg graphs a job runs on, by name, size and mtime: other graphs, another job."""
-    from wherein.indexer.models.clipseg import DECODER_FILE, TEXT_FILE
-
     d = models.require(CLIPSEG)
+    _, text, decoder = (g.filename for g in CLIPSEG.graphs)
     parts = []
-    for path in (models.clipseg_vision_file(), d / TEXT_FILE, d / DECODER_FILE):
+    for path in (models.clipseg_vision_file(), d / text, d / decoder):
         try:
             st = path.stat()
         except OSError:
@@ -94,7 +93,7 @@ def export_masks(
     decoded keeps None mask fields and is not in the export. When interrupted
     (stats.interrupted), nothing is exported and the hits come back unchanged.
     """
-    from wherein.indexer.models.clipseg import ClipSeg
+    from wherein.indexer.models.registry import load_segmenter
     from wherein.search.localize.ray_masks import run_on_ray
 
     t0 = time.perf_counter()
@@ -112,7 +111,7 @@ def export_masks(
         on_total(sum(len(job.shard(i)) for i in pending))
     if pending:
         # The prompt's cond, once, here: the workers never load the text graph.
-        cond = ClipSeg.load(models, 1, image=False).encode_prompt(prompt)
+        cond = load_segmenter(models, 1, image=False).encode_prompt(prompt)
         try:
             stats.spent = run_on_ray(
                 job, work, pending, cond, models.root, address, actors, say, progress, on_shard

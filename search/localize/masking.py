@@ -541,9 +541,10 @@ def add_masks_to_hits(
     out_dir = Path(out_dir)
     workers, threads = plan_parallelism(len(hits))
     if model is None:
-        from wherein.indexer.models.clipseg import load_cached
+        from wherein.indexer.models.modeldir import ModelDir
+        from wherein.indexer.models.registry import load_segmenter
 
-        model = load_cached(models_root, threads)
+        model = load_segmenter(ModelDir(Path(models_root)), threads, cached=True)
     cond = model.encode_prompt(prompt)
 
     def one(hit: Any) -> dict[str, Any]:

@@ -89,13 +89,13 @@ class MaskActor:
         categories: list[str],
         threads: int = 1,
     ) -> None:
-        from wherein.indexer.models.clipseg import ClipSeg
         from wherein.indexer.models.modeldir import ModelDir
+        from wherein.indexer.models.registry import load_segmenter
 
         self.error: str | None = None
         self.model = None
         try:
-            self.model = ClipSeg.load(ModelDir(Path(models_root)), threads, text=False)
+            self.model = load_segmenter(ModelDir(Path(models_root)), threads, text=False)
         except WhereinError as exc:
             self.error = str(exc)
         self.cond = np.asarray(cond, dtype=np.float32)

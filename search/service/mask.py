@@ -84,8 +84,8 @@ def mask_image(
     the model loads (the CLI's stand-in banner).
     """
     from wherein.indexer import paths as P
-    from wherein.indexer.models.clipseg import ClipSeg
     from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.registry import load_segmenter
     from wherein.search.cache.vision_store import VisionStore
     from wherein.search.localize.masking import mask_file
 
@@ -94,7 +94,7 @@ def mask_image(
     models = ModelDir(P.models_dir(models_dir))
     if on_models is not None:
         on_models(models)
-    model = ClipSeg.load(models)
+    model = load_segmenter(models)
     results = mask_file(
         model,
         path,

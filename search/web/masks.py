@@ -108,9 +108,10 @@ class MaskService:
 
     @property
     def model(self):
-        from wherein.indexer.models.clipseg import load_cached
+        from wherein.indexer.models.modeldir import ModelDir
+        from wherein.indexer.models.registry import load_segmenter
 
-        return load_cached(self.models_root, self.threads)
+        return load_segmenter(ModelDir(Path(self.models_root)), self.threads, cached=True)
 
     def get(self, f: IndexedFile, prompt: str) -> MaskEntry:
         prompt = clean_prompt(prompt)

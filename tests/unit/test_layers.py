@@ -353,3 +353,35 @@ def test_the_thin_cli_check_sees_a_lazy_import_and_a_stale_entry(tmp_path):
         "search/cli/b.py: no longer imports wherein.indexer.paths; "
         "drop it from CLI_MAY_IMPORT_FROM_INDEXER",
     ]
+
+
+# -- the segmenter seam ------------------------------------------------------------------------
+SEGMENTER_MODULE = "wherein.indexer.models.clipseg"
+
+
+def _segmenter_bypasses(root: Path = ROOT) -> list[str]:
+    """Imports of CLIPSeg's module from outside the model package: every mask path must load
+    its segmenter through registry.load_segmenter, so another segmenter is one entry."""
+    return sorted(
+        f"{where} imports {SEGMENTER_MODULE}"
+        for module, targets in _graph(root).items()
+        if not module.startswith("wherein.indexer.models.")
+        for target, where in targets.items()
+        if target == SEGMENTER_MODULE
+    )
+
+
+def test_every_mask_path_loads_its_segmenter_through_the_seam():
+    assert _segmenter_bypasses() == []
+
+
+def test_the_seam_check_sees_a_lazy_clipseg_import(tmp_path):
+    root = _fake_tree(
+        tmp_path,
+        {
+            "indexer/models/clipseg.py": "",
+            "indexer/models/registry.py": "from wherein.indexer.models import clipseg\n",
+            "search/masks.py": "def f():\n    from wherein.indexer.models.clipseg import ClipSeg\n",
+        },
+    )
+    assert _segmenter_bypasses(root) == [f"search/masks.py:2 imports {SEGMENTER_MODULE}"]

@@ -295,9 +295,9 @@ def run_self_test(
     checks, rows = _ranking(probes, tower, encoder)
     if masks:
         if clipseg is None:
-            from wherein.indexer.models.clipseg import ClipSeg
+            from wherein.indexer.models.registry import load_segmenter
 
-            clipseg = ClipSeg.load(md)
+            clipseg = load_segmenter(md)
         check, ious = _masks(probes, clipseg)
         checks.append(check)
         for row, iou in zip(rows, ious, strict=True):
