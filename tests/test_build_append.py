@@ -431,3 +431,30 @@ def test_embed_and_build_index_carry_the_photo_metadata(env, tmp_path):
     assert hits(built) == want
     assert list(hits(built, "--camera", "iphone")) == ["nyc.jpg"]
     assert list(hits(built, "--near", "48.8584,2.2945,2")) == ["paris.jpg"]
+
+
+@pytest.mark.slow
+def test_index_into_a_built_index_keeps_it_sound(standin_models, tmp_path, monkeypatch):
+    """`index` adds rows to an index build-index made (their vectors stay in the catalog, past
+    the end of vectors.f16): `status --check` passes, the new photo is found, and a later
+    `build-index --append` still checks out."""
+    monkeypatch.setenv("WHEREIN_MODELS", str(standin_models))
+    _blocks(tmp_path / "a", 6, seed=4)
+    draw_shape(tmp_path / "b" / "blue.png", "blue", size=(48, 40))
+    _reds(tmp_path / "c", 3)
+    index = tmp_path / "idx"
+    _cli(
+        "build-index",
+        str(_embed(tmp_path / "a", tmp_path / "emb-a", standin_models)),
+        "--index",
+        str(index),
+    )
+    assert _cli("index", str(tmp_path / "b"), "--index", str(index))["embedded"] == 1
+    assert _check(index)["images"] == 7
+    hits = _hits(_cli("search", "blue", "--index", str(index), "-k", "1"))
+    assert hits[0]["path"] == str(tmp_path / "b" / "blue.png")
+    emb_c = _embed(tmp_path / "c", tmp_path / "emb-c", standin_models)
+    assert _cli("build-index", str(emb_c), "--index", str(index), "--append")["added"] == 3
+    assert _check(index)["images"] == 10
+    hits = _hits(_cli("search", "red", "--index", str(index), "-k", "3"))
+    assert {Path(h["path"]).parent for h in hits} == {tmp_path / "c"}

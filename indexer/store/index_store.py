@@ -308,11 +308,13 @@ class IndexStore:
         return rep
 
     def _check_vector_file(self, rep: CheckReport, path: Path, ids: np.ndarray, dim: int) -> None:
-        """vectors.f16 holds a row for every embedded id (a missing row reads as zeros, and
-        search would re-score that image with a zero vector)."""
+        """vectors.f16 holds a row for every id whose vector the catalog keeps there (a
+        missing row reads as zeros, and search would re-score that image with a zero vector).
+        Rows `index` added later keep their vectors in the catalog: the file may end before."""
         rows = path.stat().st_size // (dim * 2) if path.exists() else 0
-        if rows < int(ids.max()):
-            rep.fail(f"{path}: {rows} rows, but the catalog has vectors up to id {int(ids.max())}")
+        top = self.catalog.max_file_row_id()
+        if rows < top:
+            rep.fail(f"{path}: {rows} rows, but the catalog has vectors in it up to id {top}")
             return
         sample = ids[:: max(1, len(ids) // 256)]
         _, vecs = self.catalog.vectors_for(sample)

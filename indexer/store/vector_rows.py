@@ -58,6 +58,14 @@ class VectorFileRows(MetaTable):
         ).fetchall()
         return np.array([r[0] for r in rows], np.int64)
 
+    def max_file_row_id(self) -> int:
+        """The highest id whose vector is a row of the vector file (0 if none): rows that
+        `index` added to an index build-index made keep float32 blobs, past the file's end."""
+        row = self._conn.execute(
+            "SELECT max(item_id) FROM embeddings WHERE length(vector) = 0"
+        ).fetchone()
+        return int(row[0] or 0)
+
     def _doom(self, ids: Iterable[int]) -> None:
         """These ids' file rows may be dead once the transaction commits."""
         if self._vfile is not None and not self._dying_all:
