@@ -552,7 +552,9 @@ class Searcher:
         best first, equal scores by item id."""
         cat = self.store.catalog
         frames = cat.embedded_frames(h.id for h in hits if h.kind == "video")
-        scale = self.text_tower.logit_scale if qv.text is not None else None
+        calibration = None
+        if qv.text is not None:
+            calibration = (self.text_tower.logit_scale, self.text_tower.logit_bias)
         out: list[Hit] = []
         for h in hits:
             stamps = frames.get(h.id)
@@ -575,7 +577,7 @@ class Searcher:
                 passes = text_cos >= cos - THRESHOLD_SLACK
             elif min_score is not None:
                 passes = scores >= min_score - THRESHOLD_SLACK
-            matching = matching_frames(scores, text_cos, scale, passes)
+            matching = matching_frames(scores, text_cos, calibration, passes)
             ranked = [i for i in rank_order(scores, item_ids) if passes is None or passes[i]]
             best = ranked[0] if ranked else int(np.flatnonzero(item_ids == h.item_id)[0])
             out.append(

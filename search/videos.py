@@ -13,12 +13,23 @@ one hit (unless ``--frames`` asks for the frames one by one):
 Which frames match (``matching_frames``):
 
 - with a threshold (``--min-probability P`` or ``--min-score S``), the frames that pass it;
-- else the frames *close to the best*: with a text term, those whose calibrated logit
-  (``scale * cosine + bias``, the sigmoid's argument) is within ``MOMENT_LOGIT_GAP`` (2) of
-  the best frame's, i.e. a text cosine within 2 / scale of it (SigLIP 2's scale is about 117:
-  0.017; the stand-ins' 16: 0.125). Where probabilities are small, as SigLIP's mostly are,
-  that is a probability at least e^-2 (about 1/7) of the best frame's. An image-only query
-  has no calibration: frames within ``MOMENT_SCORE_GAP`` (0.02) of the best score.
+- else the frames that *stand out from the clip's own run of scores*. With a text term each
+  frame's calibrated logit ``x = scale * cosine + bias`` (the sigmoid's argument) is read
+  against the clip's baseline: its median ``m`` and robust spread
+  ``s = max(1.4826 * MAD, MOMENT_MIN_SPREAD)`` (MAD: the median absolute deviation, 1.4826
+  makes it a standard deviation for normal noise; the minimum, half a logit, keeps a clip of
+  near-identical frames from turning jitter into moments). A frame matches when
+  ``x >= max(FLOOR, m + MOMENT_SPREADS * s)`` (3 spreads: odds at least ~4.5 times the
+  clip's usual frame), where ``FLOOR`` is the logit of ``MOMENT_MIN_PROBABILITY`` (0.05):
+  a frame the model gives under 1 chance in 20 does not show the thing, however it compares
+  with the rest of the clip, so a clip that never shows it gets no moment whatever its best
+  frame's score. When the baseline itself clears the floor, the thing is on screen most of
+  the time: then every frame over the floor matches (a clip that always shows it is one
+  moment, and the stretches where it leaves the screen fall below the floor).
+  An image-only query has no calibration and so no floor: the frames at least
+  ``MOMENT_SPREADS`` spreads (``MOMENT_MIN_SCORE_SPREAD``, 0.01 of cosine, at least) over
+  the clip's median score; a clip with no frame standing out matches throughout (it is a
+  hit, and nothing in it is more so than the rest).
 
 A moment is a run of matching frames, consecutive in time. A sampled frame stands for the
 video until the next sample (the sampler takes one at least every few seconds and at every
@@ -36,24 +47,49 @@ import numpy as np
 from wherein.schemas.records import MOMENT_FIELDS
 from wherein.search.ranking import THRESHOLD_SLACK, rank_order
 
-MOMENT_LOGIT_GAP = 2.0
-MOMENT_SCORE_GAP = 0.02
+MOMENT_MIN_PROBABILITY = 0.05
+MOMENT_SPREADS = 3.0
+MOMENT_MIN_SPREAD = 0.5  # calibrated logit
+MOMENT_MIN_SCORE_SPREAD = 0.01  # cosine, for an image-only query
+MAD_TO_SIGMA = 1.4826
+
+
+def stand_out(values: np.ndarray, min_spread: float) -> float:
+    """The level a clip's frame must reach to stand out from the clip's own run of values:
+    median + MOMENT_SPREADS robust spreads (MAD, at least min_spread)."""
+    values = np.asarray(values, dtype=np.float64)
+    median = float(np.median(values))
+    spread = max(MAD_TO_SIGMA * float(np.median(np.abs(values - median))), min_spread)
+    return median + MOMENT_SPREADS * spread
+
+
+def moment_level(logits: np.ndarray) -> float:
+    """The calibrated logit a frame of this clip must reach to match (module docstring)."""
+    floor = float(np.log(MOMENT_MIN_PROBABILITY / (1 - MOMENT_MIN_PROBABILITY)))
+    if float(np.median(logits)) >= floor:  # on screen most of the time
+        return floor
+    return max(floor, stand_out(logits, MOMENT_MIN_SPREAD))
 
 
 def matching_frames(
     scores: np.ndarray,
     text_cos: np.ndarray | None,
-    logit_scale: float | None,
+    calibration: tuple[float, float] | None,
     passes: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Which of a video's frames match (see the module docstring); passes: the frames
-    that pass the search's threshold, when it has one."""
+    """Which of a video's frames match (see the module docstring). calibration: the text
+    tower's (scale, bias) when the query has a text part; passes: the frames that pass the
+    search's threshold, when it has one."""
     if passes is not None:
         return np.asarray(passes, dtype=bool)
-    if text_cos is not None and logit_scale:
-        gap = MOMENT_LOGIT_GAP / logit_scale
-        return text_cos >= text_cos.max() - gap - THRESHOLD_SLACK
-    return scores >= scores.max() - MOMENT_SCORE_GAP - THRESHOLD_SLACK
+    if text_cos is not None and calibration is not None:
+        scale, bias = calibration
+        logits = scale * np.asarray(text_cos, dtype=np.float64) + bias
+        return logits >= moment_level(logits) - scale * THRESHOLD_SLACK
+    scores = np.asarray(scores, dtype=np.float64)
+    level = stand_out(scores, MOMENT_MIN_SCORE_SPREAD)
+    above = scores >= level - THRESHOLD_SLACK
+    return above if above.any() else np.ones(len(scores), dtype=bool)
 
 
 def moments(

@@ -25,7 +25,7 @@ from wherein.search.api import Query, open_index
 from wherein.search.cli import cli
 from wherein.search.export.hits import read_export
 from wherein.search.service.search import SearchRequest, search
-from wherein.search.videos import clock, matching_frames, moments
+from wherein.search.videos import clock, moments
 
 EVERY = 2.0  # seconds between sampled frames at most (`wherein index`'s default)
 FPS = 10
@@ -220,16 +220,6 @@ def test_moments_are_runs_of_matching_frames_each_holding_until_the_next_sample(
     ]
     tied = moments(times[:3], np.arange(3), np.array([0.9, 0.9, 0.0]), None, [1, 1, 0], None)
     assert [(m["start"], m["end"], m["time"]) for m in tied] == [(0.0, 2.0, 0.0)]
-
-
-def test_close_to_the_best_is_a_logit_gap():
-    text = np.array([0.30, 0.29, 0.10, 0.295])
-    # scale 100: a logit gap of 2 is a cosine gap of 0.02
-    assert matching_frames(text, text, 100.0).tolist() == [True, True, False, True]
-    assert matching_frames(text, text, 400.0).tolist() == [True, False, False, True]
-    passes = np.array([False, False, True, False])
-    assert matching_frames(text, text, 100.0, passes).tolist() == passes.tolist()
-    assert matching_frames(text, None, None).tolist() == [True, True, False, True]
 
 
 def test_clock():

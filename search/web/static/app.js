@@ -248,12 +248,13 @@ function openVideo(h) {
     if (v.getAttribute("src")) { v.removeAttribute("src"); v.load(); }
     return;
   }
-  moments = (h.moments && h.moments.length ? h.moments : [{ start: h.time, end: h.time, time: h.time, score: h.score, probability: h.probability }])
-    .slice().sort((a, b) => a.start - b.start || a.time - b.time);
+  // Only the moments are marked: a clip with none (it never shows the thing) has a bare
+  // timeline, and the player waits at the hit's time, its best frame.
+  moments = (h.moments || []).slice().sort((a, b) => a.start - b.start || a.time - b.time);
   // The hit's own moment (its best frame's) first, else the first one.
-  moment = Math.max(0, moments.findIndex((m) => m.time === h.time));
+  moment = moments.length ? Math.max(0, moments.findIndex((m) => m.time === h.time)) : -1;
   if (v.getAttribute("src") !== h.video_url) { v.src = h.video_url; }
-  seekTo(moments[moment].time);
+  seekTo(moment >= 0 ? moments[moment].time : h.time);
   renderTimeline();
 }
 
