@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from wherein.indexer.photometa import PhotoMeta  # photometa imports this module
     from wherein.indexer.video.probe import VideoInfo
 
+from wherein.indexer.regions import Tiling, region_inputs
 from wherein.schemas.models import (
     CLIPSEG_IMAGE_SIZE,
     CLIPSEG_MEAN,
@@ -236,6 +237,9 @@ class Prepared:
     # A video (probed, not decoded yet): its frames are sampled and embedded in chunks
     # after its file row is committed (ingest/videos.py); items stays empty.
     video: VideoInfo | None = None
+    # Regions cut from a photo (indexer/regions.py): how many of items are regions; None
+    # when the photo was not cut (regions off, or not read).
+    regions: int | None = None
 
     @property
     def pixels(self) -> np.ndarray | None:
@@ -257,9 +261,17 @@ class Prepared:
         return self.pixels if self.pixels is not None else [p for _, p in self.items]
 
 
-def prepare(data: bytes, spec: ImageInput, draft: bool = JPEG_DRAFT, mtime_ns: int = 0) -> Prepared:
+def prepare(
+    data: bytes,
+    spec: ImageInput,
+    draft: bool = JPEG_DRAFT,
+    mtime_ns: int = 0,
+    tiling: Tiling | None = None,
+) -> Prepared:
     """Hash, decode and preprocess for the model's input `spec` — the one path both indexers
-    (local, sharded) use, so identical files give identical vectors."""
+    (local, sharded) use, so identical files give identical vectors. tiling: also cut a
+    large photo into regions (indexer/regions.py), items after the whole photo's, whose
+    input stays what it is without them."""
     res = Prepared(size=len(data), mtime_ns=mtime_ns, sha256=hashlib.sha256(data).hexdigest())
     if not data:
         res.error = "empty file"
@@ -267,9 +279,28 @@ def prepare(data: bytes, spec: ImageInput, draft: bool = JPEG_DRAFT, mtime_ns: i
     try:
         img, (res.width, res.height) = decode(data, draft_size=spec.size if draft else None)
         res.pixels = model_input(img, spec)
+        if tiling is not None:
+            add_regions(res, data, img, spec, tiling)
     except DecodeError as exc:
         res.error = str(exc)
     return res
+
+
+def add_regions(
+    res: Prepared, data: bytes, img: Image.Image, spec: ImageInput, tiling: Tiling
+) -> None:
+    """Append a decoded photo's regions to res.items (and count them in res.regions)."""
+
+    def decode_at(scale: int) -> Image.Image:
+        short = min(res.width, res.height)  # jpeg_scale's rule: sides >= 2 x draft_size
+        return decode(data, draft_size=max(1, short // (2 * scale)))[0]
+
+    def to_input(tile: Image.Image) -> np.ndarray:
+        return model_input(tile, spec)
+
+    cut = region_inputs(img, (res.width, res.height), spec, to_input, tiling, decode_at)
+    res.items += [(Locator("region", box=(x0, y0, x1, y1)), px) for (x0, y0, x1, y1), px in cut]
+    res.regions = len(cut)
 
 
 def read_error(exc: OSError) -> str:
