@@ -288,3 +288,33 @@ def test_rebuild_never_leaves_vectors_faiss_current_with_lost_rows(env, shapes):
     assert out["images"] == 5 and out["embedded"] == 0, out
     code, status = run("status", "--check", "--json")
     assert code == 0 and json.loads(status[status.index("{") :])["check"]["ok"], status
+
+
+# -- a catalog from a newer wherein ------------------------------------------------------------
+def test_a_catalog_from_a_newer_wherein_is_read_but_never_written(indexed, env, shapes):
+    index = env["index"]
+    shutil.copytree(indexed["index"], index)
+    db = index / "catalog.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+
+    def files() -> dict[str, bytes]:  # a reader's empty -wal and its -shm are SQLite's own
+        out = {p.name: p.read_bytes() for p in index.iterdir() if p.name != "index.lock"}
+        out.pop("catalog.db-shm", None)
+        return {k: v for k, v in out.items() if v or k != "catalog.db-wal"}
+
+    before = files()
+    writers = [
+        ("index", str(shapes), "-q"),
+        ("index", str(shapes), "-q", "--rebuild-catalog"),
+        ("status", "--repair"),
+        ("label", "-l", "red,blue"),
+    ]
+    for args in writers:
+        line = one_error(*run(*args))
+        assert "made by a newer wherein" in line and "schema 99" in line, (args, line)
+        assert files() == before, f"{args}: the index folder was written"
+    code, out = run("search", "red", "--paths", "-k", str(N_PHOTOS))
+    assert code == 0 and len([w for w in out.split() if w.endswith(".png")]) == N_PHOTOS, out
+    code, out = run("status", "--json")
+    assert code == 0 and json.loads(out[out.index("{") :])["schema_version"] == 99, out

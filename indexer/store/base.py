@@ -93,6 +93,8 @@ class CatalogBase:
     _vfile: VectorFile | None  # float16 vectors beside the catalog, if it has one
     _p: str  # a bound path: "?" (bytes), or "CAST(? AS TEXT)" in the first layout (read-only)
     _identity: str  # the SELECT of ctime_ns and inode (NULLs where an older catalog lacks them)
+    # Why a write is refused beyond being read-only: a newer wherein's catalog (read as it is)
+    too_new: IndexError_ | None = None
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

@@ -57,17 +57,19 @@ from wherein.indexer.store import migrations
 from wherein.indexer.store.base import blob_to_vector, vector_to_blob
 from wherein.indexer.store.connection import (
     CatalogReadOnly,
+    CatalogTooNew,
     _connect,
     _connect_readonly,
     _refuse_empty,
     _refuse_foreign,
     damaged,
     rebuild_hint,
+    too_new,
 )
 from wherein.indexer.store.integrity import IntegrityChecks
 from wherein.indexer.store.labels import LabelsTable
 from wherein.indexer.store.photos import PHOTO_COLUMNS, PhotosTable
-from wherein.indexer.store.salvage import Salvaged, salvage
+from wherein.indexer.store.salvage import Salvaged, salvage, stamped_schema
 from wherein.indexer.store.skips import SkipsTable
 
 # Importers of this module's names from before the split keep working.
@@ -76,11 +78,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "Catalog",
     "CatalogReadOnly",
+    "CatalogTooNew",
     "Salvaged",
     "blob_to_vector",
     "damaged",
     "rebuild_hint",
     "salvage",
+    "stamped_schema",
+    "too_new",
     "vector_to_blob",
 ]
 
@@ -115,6 +120,11 @@ class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks):
         try:
             conn.execute("PRAGMA busy_timeout = 10000")
             _refuse_foreign(conn, path)
+            stamped = migrations.stamped_version(conn)
+            if stamped > SCHEMA_VERSION:
+                self.too_new = too_new(path, stamped, SCHEMA_VERSION)
+                if not readonly:  # before any write, WAL mode included
+                    raise self.too_new
             if verify and (problem := self.soundness_problem()) is not None:
                 raise damaged(path, problem)
             self._db = sqlite_utils.Database(conn, execute_plugins=False)

@@ -20,6 +20,19 @@ class CatalogReadOnly(IndexError_):
     """A write to a catalog that cannot be written (read-only file, folder or mount)."""
 
 
+class CatalogTooNew(IndexError_):
+    """A catalog stamped with a schema newer than this code knows: never written (its newer
+    tables and columns would be left half-kept); readers open it read-only."""
+
+
+def too_new(path: Path, version: int, known: int) -> CatalogTooNew:
+    return CatalogTooNew(
+        f"{path}: made by a newer wherein (catalog schema {version}; this wherein knows up to "
+        f"{known}); nothing was written to it. Upgrade wherein to add to this index "
+        "(search and status still read it)"
+    )
+
+
 def rebuild_hint(path: Path) -> str:
     """The one command that sets a damaged catalog aside and builds a new one."""
     return f"wherein index PATHS --index {path.parent} --rebuild-catalog"

@@ -23,11 +23,15 @@ import numpy as np
 
 from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.catalog import (
+    SCHEMA_VERSION,
     Catalog,
+    CatalogTooNew,
     blob_to_vector,
     damaged,
     rebuild_hint,
     salvage,
+    stamped_schema,
+    too_new,
 )
 from wherein.indexer.store.vector_file import VECTOR_FILE, VectorFile
 from wherein.indexer.store.vectors import FAISS_FILE, SIDECAR_FILE, VectorIndex, index_ids
@@ -129,7 +133,7 @@ class IndexStore:
         try:
             if rebuild and write and (db.exists() or db.is_symlink()):
                 rebuilt = rebuild_catalog(d)
-            catalog = _open_catalog(db, readonly, verify=write and rebuilt is None)
+            catalog = _open_catalog(db, readonly, write, verify=write and rebuilt is None)
         except Exception as exc:
             if lock_fd is not None:
                 os.close(lock_fd)
@@ -324,9 +328,13 @@ class IndexStore:
             rep.fail(f"{path}: {blank} of {len(sample)} sampled vectors are empty or not finite")
 
 
-def _open_catalog(db: Path, readonly: bool, verify: bool) -> Catalog:
+def _open_catalog(db: Path, readonly: bool, write: bool, verify: bool) -> Catalog:
     try:
         return Catalog(db, readonly=readonly, verify=verify)
+    except CatalogTooNew:
+        if write:
+            raise
+        return Catalog(db, readonly=True)  # a reader: read as it is, nothing written
     except sqlite3.OperationalError as exc:
         # A reader on a full disk: opening read-write wants to grow -wal/-shm (disk I/O
         # error); read-only it needs neither. A writer must fail here, with the reason.
@@ -341,6 +349,9 @@ def rebuild_catalog(d: Path) -> Rebuilt:
     mtime as recorded) and whose vector is whole; the rest is left for indexing to embed.
     Call holding the writer lock."""
     db = d / CATALOG_FILE
+    stamped = stamped_schema(db)
+    if stamped > SCHEMA_VERSION:  # its salvage would drop what the newer schema keeps
+        raise too_new(db, stamped, SCHEMA_VERSION)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     aside = d / f"{CATALOG_FILE}.damaged-{stamp}"
     n = 1

@@ -21,6 +21,8 @@ class LabelsTable(CatalogBase):
         file (labels are per file) and replacing earlier ones with the same key; rows of
         items no longer in the catalog are dropped. Returns
         the number written. Call inside transaction()."""
+        if self.too_new is not None:
+            raise self.too_new
         if self.readonly:
             raise CatalogReadOnly(f"{self.path}: opened read-only")
         before = self._conn.total_changes

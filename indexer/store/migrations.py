@@ -250,6 +250,15 @@ def m006_videos(db: sqlite_utils.Database) -> None:
 SCHEMA_VERSION = 6  # the number of the last step above
 
 
+def stamped_version(conn: sqlite3.Connection) -> int:
+    """The schema_version the catalog's meta records (0 where there is none to read)."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return int(json.loads(row[0])) if row else 0
+    except (sqlite3.OperationalError, TypeError, ValueError):
+        return 0
+
+
 def pending(db: sqlite_utils.Database) -> list[str]:
     """Names of the steps not yet applied (reads only)."""
     return [m.name for m in MIGRATIONS.pending(db)]

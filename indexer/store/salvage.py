@@ -13,6 +13,7 @@ from pathlib import Path
 
 from wherein.indexer.store.base import _IMAGE_COLUMNS, _SELECT_IMAGES, _path
 from wherein.indexer.store.connection import _uri_path
+from wherein.indexer.store.migrations import stamped_version
 
 _SALVAGE_STEP = 256  # ids per range read; a range a damaged page breaks is halved down to one id
 
@@ -28,16 +29,35 @@ class Salvaged:
     unreadable_ids: int = 0  # ids in ranges no read got through
 
 
-def salvage(path: Path) -> Salvaged:
-    """Read what can be read from a damaged catalog (read-only; a damaged page costs only
-    the rows on it): rows by rowid range, halving a range that fails down to single ids."""
-    out = Salvaged()
+def _open_damaged(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection to a catalog that may be damaged (None if none opens)."""
     wal = path.with_name(path.name + "-wal")
     # immutable: nothing else writes a set-aside file, and SQLite then makes no -shm beside it
     mode = "mode=ro" if wal.exists() and wal.stat().st_size else "immutable=1"
     try:
-        conn = sqlite3.connect(f"file:{_uri_path(path)}?{mode}", uri=True)
+        return sqlite3.connect(f"file:{_uri_path(path)}?{mode}", uri=True)
     except sqlite3.Error:
+        return None
+
+
+def stamped_schema(path: Path) -> int:
+    """The schema_version a (possibly damaged) catalog records; 0 where none can be read."""
+    conn = _open_damaged(path)
+    if conn is None:
+        return 0
+    with contextlib.closing(conn):
+        try:
+            return stamped_version(conn)
+        except sqlite3.DatabaseError:
+            return 0
+
+
+def salvage(path: Path) -> Salvaged:
+    """Read what can be read from a damaged catalog (read-only; a damaged page costs only
+    the rows on it): rows by rowid range, halving a range that fails down to single ids."""
+    out = Salvaged()
+    conn = _open_damaged(path)
+    if conn is None:
         return out
     with contextlib.closing(conn):
         # Before the items step (schema 5) embeddings were keyed by image id; since, by item
