@@ -55,9 +55,9 @@ import fnmatch
 import os
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,9 +68,9 @@ from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.errors import IndexError_, ModelError
 from wherein.schemas.records import HIT_KINDS, Hit
-from wherein.search.photofilter import Near, PhotoFilter, TakenRange
 from wherein.search.query import SORT_KEYS, Query, QueryError, Term
 from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, rank_order
+from wherein.search.selection import Selection, check_glob
 from wherein.search.videos import (
     first_per_file,
     matching_frames,
@@ -93,7 +93,6 @@ __all__ = [
 DEFAULT_K = 10
 # What --kind names -> the catalog's item kind.
 ITEM_KIND = {hit_kind: item_kind for item_kind, hit_kind in HIT_KINDS.items()}
-KINDS = tuple(ITEM_KIND)
 # Approximate (SQ8) scores can be off by ~1e-3; widen the range search by this
 # much, then cut on exact scores.
 _APPROX_MARGIN = 0.01
@@ -301,42 +300,20 @@ class Searcher:
 
     # -- search ---------------------------------------------------------------------
     def search(
-        self,
-        query: Query | str,
-        k: int | None = None,
-        min_probability: float | None = None,
-        min_score: float | None = None,
-        under: str | Path | Sequence[str | Path] | None = None,
-        glob: str | Sequence[str] | None = None,
-        sort: str = "score",
-        reverse: bool = False,
-        check_exists: bool = True,
-        taken: str | TakenRange | None = None,
-        camera: str | None = None,
-        near: str | Near | tuple | None = None,
-        kind: str | None = None,
-        frames: bool = False,
+        self, query: Selection | Query | str, *, check_exists: bool = True, **selection: Any
     ) -> list[Hit]:
-        """Hits for a query; see the module docstring for the selection rules."""
-        photo = PhotoFilter.parse(taken, camera, near)
-        if kind is not None and kind not in ITEM_KIND:
-            raise QueryError(f"unknown kind {kind!r} (choose from {', '.join(KINDS)})")
-        for pattern in _as_list(glob):  # refused before any model loads
-            _glob_matcher(pattern)
-        if sort not in SORT_KEYS:
-            raise QueryError(f"unknown sort key {sort!r} (choose from {', '.join(SORT_KEYS)})")
-        if k is not None and k < 1:
-            raise QueryError("k must be at least 1")
-        if min_probability is not None and not 0.0 < min_probability < 1.0:
-            raise QueryError("--min-probability must be between 0 and 1 (exclusive)")
-        if min_score is not None and not -1.0 <= min_score <= 1.0:
-            raise QueryError("--min-score is a cosine: between -1 and 1")
-        q = Query.parse(query) if isinstance(query, str) else query
-        if min_probability is not None and not q.has_text:
-            raise QueryError(
-                "--min-probability needs a text term (image-only queries have no calibrated "
-                "probability); use --min-score"
-            )
+        """Hits for a Selection, or for a query and Selection's fields as keywords
+        (``search("red", k=5, kind="video")``); see wherein.search.selection for the rules."""
+        if isinstance(query, Selection):
+            if selection:
+                raise TypeError("give a Selection or a query with keywords, not both")
+            sel = query
+        else:
+            sel = Selection(query, **selection)
+        sel.check()
+        q, k, under, kind = sel.parsed, sel.k, sel.folders, sel.kind
+        min_probability, min_score = sel.min_probability, sel.min_score
+        photo = sel.photo_filter()
         t0 = time.perf_counter()
         self.last_warnings = []
         with self._lock:
@@ -348,7 +325,6 @@ class Searcher:
                     "from the catalog in memory (`wherein status --repair` rebuilds the file)"
                 ]
         if empty:
-            q.validate()
             self.last_timings = {
                 "sync_ms": 0.0,
                 "encode_ms": 0.0,
@@ -361,7 +337,7 @@ class Searcher:
         qv = self.embed_query(q)
         t1 = time.perf_counter()
         with self._lock:
-            allowed = self._filter_ids(under, glob)
+            allowed = self._filter_ids(under, sel.patterns)
             if allowed is not None and not len(allowed):
                 self.last_warnings = self.last_warnings + self._empty_folders(under)
             if photo is not None:
@@ -370,11 +346,11 @@ class Searcher:
                 of_kind = self.store.catalog.embedded_ids(ITEM_KIND[kind])
                 allowed = of_kind if allowed is None else np.intersect1d(allowed, of_kind)
             # Folding costs a look-up of each candidate's file: not for a library of photos.
-            fold = not frames and self.store.catalog.holds_videos()
+            fold = not sel.frames and self.store.catalog.holds_videos()
             ids = self._candidates(qv, k, min_probability, min_score, allowed, fold)
             t2 = time.perf_counter()
             hits = self._join(qv, ids, k, min_probability, min_score, check_exists, fold)
-        _sort(hits, sort, reverse)
+        _sort(hits, sel.sort, sel.reverse)
         t3 = time.perf_counter()
         self.last_timings = {
             "sync_ms": (t_sync - t0) * 1e3,
@@ -675,32 +651,13 @@ def _as_list(v) -> list:
 
 def _glob_matcher(pattern: str):
     """No "/": match the file name; with "/": the path (relative patterns match a tail)."""
-    _check_glob(pattern)
+    check_glob(pattern)
     pat = os.path.expanduser(pattern).lower()
     if "/" not in pat:
         return lambda path: fnmatch.fnmatchcase(os.path.basename(path).lower(), pat)
     if not pat.startswith("/"):
         pat = "*/" + pat
     return lambda path: fnmatch.fnmatchcase(path.lower(), pat)
-
-
-def _check_glob(pattern: str) -> None:
-    """fnmatch reads a '[' that is never closed as a literal '[': a pattern typed as '['
-    would match nothing, silently. Refuse it (its own way to match a '[' is '[[]')."""
-    i, n = 0, len(pattern)
-    while i < n:
-        c, i = pattern[i], i + 1
-        if c != "[":
-            continue
-        j = i + (i < n and pattern[i] == "!")
-        j += j < n and pattern[j] == "]"  # a ']' first in a set is a member, not its end
-        j = pattern.find("]", j)
-        if j < 0:
-            raise QueryError(
-                f"--glob {pattern!r}: a '[' starts a set of characters that is never closed "
-                "with ']' (to match a '[' itself, write [[])"
-            )
-        i = j + 1
 
 
 def _sort(hits: list[Hit], key: str, reverse: bool) -> None:

@@ -26,8 +26,12 @@ import os
 import re
 import textwrap
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from wherein.schemas.records import HIT_CORE_FIELDS, HIT_MASK_FIELDS, Hit
+
+if TYPE_CHECKING:
+    from wherein.search.selection import Selection
 
 FORMATS = ("table", "json", "nl", "csv", "paths", "paths0")
 
@@ -127,19 +131,14 @@ def read_csv(text: str) -> list[dict]:
 PHOTO_COLUMNS = ("date", "taken", "camera", "km")
 
 
-def photo_columns(
-    sort: str | None = None,
-    taken: object = None,
-    camera: object = None,
-    near: object = None,
-) -> list[str]:
+def photo_columns(selection: Selection) -> list[str]:
     """The photo columns a table shows because the search sorted or filtered by them:
     a list sorted by date with no date in it cannot be checked by eye."""
     shown = {
-        "date": sort == "date",
-        "taken": sort == "taken" or bool(taken),
-        "camera": bool(camera),
-        "km": bool(near),
+        "date": selection.sort == "date",
+        "taken": selection.sort == "taken" or bool(selection.taken),
+        "camera": bool(selection.camera),
+        "km": bool(selection.near),
     }
     return [c for c in PHOTO_COLUMNS if shown[c]]
 

@@ -17,6 +17,7 @@ from wherein.search.cli.options import (
     filter_options,
     format_options,
     friendly_errors,
+    gathers_selection,
     index_option,
     kind_options,
     mask_out_option,
@@ -153,17 +154,10 @@ def _path(h) -> str:
 @ray_address_option
 @output_options(masks=True)
 @friendly_errors
+@gathers_selection
 def select(
     query,
-    min_probability,
-    k,
-    under,
-    glob,
-    taken,
-    camera,
-    near,
-    kind,
-    frames,
+    selection,
     raw,
     copy_to,
     link_to,
@@ -192,26 +186,10 @@ def select(
     from wherein.search import output
     from wherein.search.service import curate as C
 
-    if copy_to and link_to:
-        raise click.UsageError("use --copy-to or --link-to, not both")
-    if flat and not (copy_to or link_to):
-        raise click.UsageError("--flat only applies with --copy-to or --link-to")
-    if out_dir and not mask:
-        raise click.UsageError("--out only applies with --mask")
-    if category_from_labels and not (mask and export_path):
-        raise click.UsageError("--category-from-labels only applies with --mask --export")
     chosen = _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt)
     request = C.SelectRequest(
         query,
-        min_probability,
-        k,
-        under=under,
-        glob=glob,
-        taken=taken,
-        camera=camera,
-        near=near,
-        kind=kind,
-        frames=frames,
+        **selection,
         raw=raw,
         copy_to=copy_to,
         link_to=link_to,
@@ -231,7 +209,7 @@ def select(
         result = C.select(request, feedback)
     finally:
         bar.close()
-    shown = output.photo_columns(None, taken, camera, near)
+    shown = output.photo_columns(request)
     step = result.mask
     if step is not None and step.ray is not None:
         _ray_lines(step.ray, export_path)
@@ -240,14 +218,14 @@ def select(
         result.hits,
         fmt,
         None if ray_export else result.export,
-        lambda hs: output.to_table(hs, shown, near),
+        lambda hs: output.to_table(hs, shown, request.near),
     )
     if result.placed:
         placed = result.placed
         verb = "linked" if placed.mode == "link" else "copied"
         click.echo(f"{verb} {placed.files} file(s) into {placed.dest}", err=True)
     if not result.hits:
-        click.echo(f"no image reaches probability {min_probability}", err=True)
+        click.echo(f"no image reaches probability {request.min_probability}", err=True)
 
 
 def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt):

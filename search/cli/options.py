@@ -31,7 +31,8 @@ from wherein.schemas.records import HIT_KINDS
 from wherein.search.export import formats as export_formats  # light: no numpy/pyarrow
 from wherein.search.query import SORT_KEYS
 from wherein.search.service.engine import ENGINES, Engine
-from wherein.search.service.export import export_keep
+from wherein.search.service.errors import only_with
+from wherein.search.service.export import check_destination, export_keep
 
 # What --kind chooses between: what a hit's kind says ("photo", "video").
 KINDS = tuple(dict.fromkeys(HIT_KINDS.values()))
@@ -50,6 +51,7 @@ __all__ = [
     "filter_options",
     "format_options",
     "friendly_errors",
+    "gathers_selection",
     "index_option",
     "json_option",
     "kind_options",
@@ -177,22 +179,12 @@ def check_export_options(
 
     mask: the command's --mask flag, None when it has none. Option clashes are usage
     errors (exit 2); a destination that may not be written is an ExportError (exit 1).
+    The checks are the service's (``check_destination``), made here before the index opens.
     """
+    only_with("--export FILE", export_path is not None, {"--format": export_fmt})
     if export_path is None:
-        if export_fmt:
-            raise click.UsageError("--format only applies with --export FILE")
         return None
-    from wherein.search.export.hits import check_export
-
-    f = export_formats.export_format(export_path, export_fmt, masks=mask is not None)
-    if f.kind == "labels" and not mask:
-        tables = export_formats.listing(export_formats.TABLE_FORMATS)
-        raise click.UsageError(
-            f"a {f.name} export holds masks: add --mask"
-            if mask is not None
-            else f"a {f.name} export holds masks, and this command makes none: export to {tables}"
-        )
-    return check_export(export_path, f.name, export_keep(index_dir, inputs), masks=mask is not None)
+    return check_destination(export_path, export_fmt, mask, export_keep(index_dir, inputs))
 
 
 # -- shared meanings ----------------------------------------------------------------------
@@ -229,7 +221,7 @@ def filter_options(f: Callable) -> Callable:
         "--near",
         metavar="LAT,LON[,KM]",
         default=None,
-        help="Only photos whose GPS position is within KM (default 10) of LAT,LON.",
+        help="Only photos and videos whose GPS position is within KM (default 10) of LAT,LON.",
     )(f)
     f = click.option(
         "--camera",
@@ -241,8 +233,9 @@ def filter_options(f: Callable) -> Callable:
         "--taken",
         metavar="FROM..TO",
         default=None,
-        help="Only photos taken in this range of local dates, e.g. 2024-06-01..2024-08-31, "
-        "2024-06, ..2023 (EXIF date, else the file's mtime).",
+        help="Only photos and videos taken in this range of local dates, e.g. "
+        "2024-06-01..2024-08-31, 2024-06, ..2023 (EXIF date or a video's creation time, else "
+        "the file's mtime).",
     )(f)
     f = click.option(
         "--glob",
@@ -258,6 +251,24 @@ def filter_options(f: Callable) -> Callable:
         type=click.Path(file_okay=False, path_type=Path),
         help="Only images below this folder (repeatable: any of them).",
     )(f)
+
+
+def gathers_selection(f: Callable) -> Callable:
+    """The command gets the options that are fields of a Selection (-k, the thresholds, the
+    filters, --kind, --frames, --sort, --reverse: whichever it has) as one dict ``selection``,
+    keyed as the fields are: ``Selection(query, **selection)`` (wherein.search.selection)."""
+
+    @functools.wraps(f)
+    def gathered(*args, **kwargs):
+        from dataclasses import fields
+
+        from wherein.search.selection import Selection
+
+        names = [x.name for x in fields(Selection) if x.name != "query"]
+        kwargs["selection"] = {n: kwargs.pop(n) for n in names if n in kwargs}
+        return f(*args, **kwargs)
+
+    return gathered
 
 
 def kind_options(f: Callable) -> Callable:

@@ -1,4 +1,5 @@
-"""`wherein search`: parse options, call wherein.search.api, print with wherein.search.output."""
+"""`wherein search`: parse options into a search request, call the search service, print with
+wherein.search.output."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from wherein.search.cli.options import (
     filter_options,
     format_options,
     friendly_errors,
+    gathers_selection,
     index_option,
     kind_options,
     mask_out_option,
@@ -104,24 +106,14 @@ def register(cli: click.Group) -> None:
 @index_option
 @models_option
 @friendly_errors
+@gathers_selection
 def search(
     query,
-    k,
-    min_probability,
-    min_score,
+    selection,
     add,
     subtract,
     like,
     unlike,
-    under,
-    glob,
-    taken,
-    camera,
-    near,
-    kind,
-    frames,
-    sort,
-    reverse,
     raw,
     fmt,
     mask,
@@ -148,6 +140,7 @@ def search(
     """
     from wherein.search import output
     from wherein.search.api import MODEL_TEMPLATE, Query, open_index
+    from wherein.search.service.errors import only_with
     from wherein.search.service.search import (
         DEFAULT_MASK_DIR,
         ExportRequest,
@@ -158,27 +151,14 @@ def search(
 
     q = Query.build(list(query), add=add, subtract=subtract, like=like, unlike=unlike)
     q.validate()
-    # A bad destination fails now, not after the search; so does one of the photos read.
-    photos = [t.value for t in q.image_terms if t.kind == "image"]
-    check_export_options(export_path, export_fmt, mask, index_dir, photos)
-    if category_from_labels and not (mask and export_path):
-        raise click.UsageError("--category-from-labels only applies with --mask --export")
-    if not mask and (mask_prompt or out_dir or min_mask_area is not None):
-        raise click.UsageError("--mask-prompt, --out and --min-mask-area only apply with --mask")
+    only_with(
+        "--mask",
+        mask,
+        {"--mask-prompt": mask_prompt, "--out": out_dir, "--min-mask-area": min_mask_area},
+    )
     request = SearchRequest(
         q,
-        k=k,
-        min_probability=min_probability,
-        min_score=min_score,
-        under=list(under),
-        glob=list(glob),
-        taken=taken,
-        camera=camera,
-        near=near,
-        kind=kind,
-        frames=frames,
-        sort=sort,
-        reverse=reverse,
+        **selection,
         mask=MaskRequest(
             mask_prompt, out_dir or DEFAULT_MASK_DIR, min_mask_area, full_size_overlays
         )
@@ -187,7 +167,10 @@ def search(
         export=ExportRequest(export_path, export_fmt, category_from_labels)
         if export_path is not None
         else None,
-    )
+    ).check()
+    # A bad destination fails now, not after the search; so does one of the photos read.
+    photos = [t.value for t in q.image_terms if t.kind == "image"]
+    check_export_options(export_path, export_fmt, mask, index_dir, photos)
     with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
         standin_banner(searcher.models)
         result = run_search(searcher, request)
@@ -201,8 +184,8 @@ def search(
         click.echo(f"exported {len(hits)} hit(s) to {where}", err=True)
     if to_stdout:  # the export is what stdout holds
         return
-    shown = output.photo_columns(sort, taken, camera, near)
-    sys.stdout.write(output.render(hits, fmt, shown, near))
+    shown = output.photo_columns(request)
+    sys.stdout.write(output.render(hits, fmt, shown, request.near))
     if fmt == "table":
         stale = sum(not h.exists for h in hits)
         if stale:

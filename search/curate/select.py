@@ -1,6 +1,6 @@
 """Select every image above a calibrated probability, and materialise the selection.
 
-Selection is `Searcher.search(..., min_probability=P)`: a range search over the
+Selecting is `Searcher.search(..., min_probability=P)`: a range search over the
 whole index at the cosine where SigLIP's calibrated sigmoid equals P, so it
 returns all matches, not a top-k (``limit`` caps it, best first).
 
@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import Hit
@@ -50,35 +51,13 @@ class Placement:
 
 
 def select(
-    searcher,
-    query,
-    min_probability: float,
-    limit: int | None = None,
-    under=None,
-    glob=None,
-    sort: str = "score",
-    taken=None,
-    camera=None,
-    near=None,
-    kind: str | None = None,
-    frames: bool = False,
+    searcher, query, min_probability: float, limit: int | None = None, **selection: Any
 ) -> list[Hit]:
-    """Every indexed image whose calibrated probability for query is >= min_probability (best
-    first); under/glob/taken/camera/near/kind restrict it as in Searcher.search. A video is
-    one row, at its best frame's time, unless frames: then each of its frames that passes."""
-    return searcher.search(
-        query,
-        k=limit,
-        min_probability=min_probability,
-        under=under,
-        glob=glob,
-        sort=sort,
-        taken=taken,
-        camera=camera,
-        near=near,
-        kind=kind,
-        frames=frames,
-    )
+    """Every indexed file whose calibrated probability for query is >= min_probability (best
+    first, at most limit); selection: more of Selection's fields (under, glob, taken, camera,
+    near, kind, frames, sort; wherein.search.selection). A video is one row, at its best
+    frame's time, unless frames: then each of its frames that passes."""
+    return searcher.search(query, k=limit, min_probability=min_probability, **selection)
 
 
 def plan(hits: Sequence[Hit], dest: str | Path, layout: str = "tree") -> list[Placement]:

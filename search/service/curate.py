@@ -15,24 +15,22 @@ from typing import Any
 
 from wherein.schemas.errors import UsageError, WhereinError
 from wherein.schemas.records import Hit
+from wherein.search.selection import Selection
 from wherein.search.service.engine import Engine
+from wherein.search.service.errors import only_with
 from wherein.search.service.export import Exported, ExportTo, export_hits, export_keep, exported
 from wherein.search.service.feedback import QUIET, Feedback
 
 
 # -- select ---------------------------------------------------------------------------------
-@dataclass
-class SelectRequest:
-    query: Sequence[str]  # the terms as typed (search's query algebra)
-    min_probability: float
-    limit: int | None = None  # at most this many, the most likely [None: all]
-    under: Sequence[Path] = ()
-    glob: Sequence[str] = ()
-    taken: str | None = None
-    camera: str | None = None
-    near: str | None = None
-    kind: str | None = None  # "photo" or "video" only [both]
-    frames: bool = False  # a video's matching frames as rows of their own
+@dataclass(frozen=True, kw_only=True)
+class SelectRequest(Selection):
+    """Every file whose calibrated probability reaches min_probability: a Selection (its query
+    the terms as typed; k: at most this many, the most likely [None: all]) and what to do with
+    the hits: mask, export, copy or link them. Options that only apply with another are
+    refused on construction."""
+
+    min_probability: float = field(kw_only=False)  # required, second: SelectRequest(q, 0.5)
     raw: bool = False  # the text as typed, without the model's prompt template
     copy_to: Path | None = None
     link_to: Path | None = None
@@ -45,6 +43,18 @@ class SelectRequest:
     export_fmt: str | None = None
     index_dir: Path | None = None
     models_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.copy_to and self.link_to:
+            raise UsageError("use --copy-to or --link-to, not both")
+        only_with("--copy-to or --link-to", bool(self.dest), {"--flat": self.flat})
+        only_with("--mask", self.mask, {"--out": self.out_dir})
+        only_with(
+            "--mask --export",
+            self.mask and self.export_path is not None,
+            {"--category-from-labels": self.category_from_labels},
+        )
 
     @property
     def dest(self) -> Path | None:
@@ -130,30 +140,17 @@ def select(req: SelectRequest, feedback: Feedback = QUIET) -> SelectResult:
     Everything that can fail without work fails first: the query, a Ray address, then
     (after the search, before masks or files) where the copies or links would go.
     """
-    from wherein.search.api import MODEL_TEMPLATE, Query, open_index
+    from wherein.search.api import MODEL_TEMPLATE, open_index
     from wherein.search.curate import select as S
 
-    q = Query.build(list(req.query))
-    q.validate()
+    q = req.check().parsed
     if not q.has_text:
         raise UsageError("select needs a text term (the probability is calibrated for text)")
     req.engine.check()
     template = None if req.raw else MODEL_TEMPLATE
     with open_index(req.index_dir, req.models_dir, template=template) as searcher:
         feedback.models(searcher.models)
-        hits = S.select(
-            searcher,
-            q,
-            req.min_probability,
-            req.limit,
-            under=list(req.under),
-            glob=list(req.glob),
-            taken=req.taken,
-            camera=req.camera,
-            near=req.near,
-            kind=req.kind,
-            frames=req.frames,
-        )
+        hits = searcher.search(req)
         warnings = list(searcher.last_warnings)
         for warning in warnings:
             feedback.say(f"warning: {warning}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from wherein.schemas.errors import UsageError
-from wherein.search.service.errors import needs_extra
+from wherein.search.service.errors import needs_extra, only_with
 
 ENGINES = ("local", "ray")
 T = TypeVar("T")
@@ -29,8 +29,7 @@ class Engine:
     def choose(cls, name: str = "local", address: str | None = None) -> Engine:
         if name not in ENGINES:
             raise UsageError(f"--engine {name}: expected one of {', '.join(ENGINES)}")
-        if address and name != "ray":
-            raise UsageError("--ray-address only applies with --engine ray")
+        only_with("--engine ray", name == "ray", {"--ray-address": address})
         return cls(name, address or None)
 
     @property

@@ -1,4 +1,5 @@
-"""The one error for a missing optional extra: the module, the extra and the pip command.
+"""The one error for a missing optional extra (the module, the extra and the pip command),
+and the one check of options that only apply with another (``only_with``).
 
 An extra (``wherein[scale]``: Ray and pyarrow) is imported only where its feature runs, so
 its absence shows up as a ModuleNotFoundError deep inside the work. ``needs_extra`` turns
@@ -8,10 +9,10 @@ WhereinError, and the web app can return as a message.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from wherein.schemas.errors import WhereinError
+from wherein.schemas.errors import UsageError, WhereinError
 
 SCALE = "scale"  # Ray and pyarrow: embed, build-index, select --mask --engine ray
 SCALE_MODULES = ("ray", "pyarrow")
@@ -44,3 +45,19 @@ def needs_extra(extra: str = SCALE, modules: tuple[str, ...] = SCALE_MODULES) ->
         if top in modules:
             raise MissingExtra(top, extra) from None
         raise
+
+
+def only_with(needed: str, present: bool, options: Mapping[str, object]) -> None:
+    """A usage error when any of options (name -> value as given; None, False and empty mean
+    not given) is given without ``needed``: "--out only applies with --mask"."""
+    given = [name for name, value in options.items() if _given(value)]
+    if present or not given:
+        return
+    names = given[0] if len(given) == 1 else ", ".join(given[:-1]) + " and " + given[-1]
+    raise UsageError(f"{names} only appl{'ies' if len(given) == 1 else 'y'} with {needed}")
+
+
+def _given(value: object) -> bool:
+    if value is None or value is False:
+        return False
+    return not (isinstance(value, str | tuple | list) and not value)  # 0 and 0.0 are values

@@ -48,6 +48,27 @@ def export_keep(index_dir: str | Path | None, inputs: Sequence[str | Path] = ())
     return keep + [Keep(Path(p), "an input of this command") for p in inputs]
 
 
+def check_destination(
+    path: str | Path, fmt: str | None, mask: bool | None, keep: Sequence[Any]
+) -> Any:
+    """The one check of an export before any work: its format (and pyarrow), that a label
+    format comes with masks, and that the destination may be written (not over keep: see
+    ``export_keep``). mask: the command's --mask, None when it has none. The Format."""
+    from wherein.schemas.errors import UsageError
+    from wherein.search.export import formats as F
+    from wherein.search.export.hits import check_export
+
+    f = F.export_format(path, fmt, masks=mask is not None)
+    if f.kind == "labels" and not mask:
+        raise UsageError(
+            f"a {f.name} export holds masks: add --mask"
+            if mask is not None
+            else f"a {f.name} export holds masks, and this command makes none: "
+            f"export to {F.listing(F.TABLE_FORMATS)}"
+        )
+    return check_export(path, f.name, keep, masks=mask is not None)
+
+
 def export_hits(
     hits: Sequence[Hit],
     path: str | Path,

@@ -16,7 +16,6 @@ an input of the query).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ from typing import Any
 from wherein.schemas.errors import UsageError
 from wherein.schemas.records import Hit
 from wherein.search.api import Query, Searcher, add_masks
-from wherein.search.photofilter import Near, TakenRange
+from wherein.search.selection import Selection
+from wherein.search.service.errors import only_with
+from wherein.search.service.export import check_destination, export_keep
 
 DEFAULT_MASK_DIR = Path("wherein-masks")
 
@@ -51,26 +52,24 @@ class ExportRequest:
     category_from_labels: bool = False
 
 
-@dataclass(frozen=True)
-class SearchRequest:
-    """One search; the selection fields mean what ``Searcher.search``'s arguments mean."""
+@dataclass(frozen=True, kw_only=True)
+class SearchRequest(Selection):
+    """One search: a Selection (what to find; wherein.search.selection) and what to do with
+    its hits: segment them (mask) and write them out (export). A mask's options with no mask
+    are refused on construction, as the CLI's are."""
 
-    query: Query | str
-    k: int | None = None
-    min_probability: float | None = None
-    min_score: float | None = None
-    under: str | Path | Sequence[str | Path] = ()  # one folder, or any of several
-    glob: str | Sequence[str] = ()
-    taken: str | TakenRange | None = None
-    camera: str | None = None
-    near: str | Near | None = None
-    kind: str | None = None  # "photo" or "video"
-    frames: bool = False  # a video's frames as hits of their own
-    sort: str = "score"
-    reverse: bool = False
     mask: MaskRequest | None = None
     export: ExportRequest | None = None
     check_exists: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        e = self.export
+        only_with(
+            "--mask --export",
+            self.mask is not None and e is not None,
+            {"--category-from-labels": e is not None and e.category_from_labels},
+        )
 
 
 @dataclass
@@ -101,25 +100,10 @@ class SearchResult:
 
 def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
     """Run one search on an open Searcher (see the module docstring)."""
-    q = _query(request.query)
+    q = request.check().parsed
     prompt = _mask_prompt(q, request.mask)
     keep = _check_export(searcher, q, request)
-    hits = searcher.search(
-        q,
-        k=request.k,
-        min_probability=request.min_probability,
-        min_score=request.min_score,
-        under=request.under,
-        glob=request.glob,
-        sort=request.sort,
-        reverse=request.reverse,
-        check_exists=request.check_exists,
-        taken=request.taken,
-        camera=request.camera,
-        near=request.near,
-        kind=request.kind,
-        frames=request.frames,
-    )
+    hits = searcher.search(request, check_exists=request.check_exists)
     timings, warnings = dict(searcher.last_timings), list(searcher.last_warnings)
     labels = None
     if request.export is not None and request.export.category_from_labels:
@@ -170,12 +154,6 @@ def _masks(searcher: Searcher, hits: list[Hit], prompt: str, mask: MaskRequest) 
     )
 
 
-def _query(query: Query | str) -> Query:
-    q = Query.parse(query) if isinstance(query, str) else query
-    q.validate()
-    return q
-
-
 def _mask_prompt(q: Query, mask: MaskRequest | None) -> str | None:
     if mask is None:
         return None
@@ -191,15 +169,7 @@ def _check_export(searcher: Searcher, q: Query, request: SearchRequest) -> list[
     export = request.export
     if export is None:
         return []
-    from wherein.search.export.destination import Keep
-    from wherein.search.export.hits import check_export
-
-    if export.category_from_labels and request.mask is None:
-        raise UsageError("--category-from-labels only applies with --mask --export")
-    keep = [Keep(searcher.store.dir, "the index folder")]
     photos = [t.value for t in q.image_terms if t.kind == "image"]
-    keep += [Keep(Path(p), "an input of this command") for p in photos]
-    f = check_export(export.path, export.fmt, keep, masks=True)
-    if f.kind == "labels" and request.mask is None:
-        raise UsageError(f"a {f.name} export holds masks: add --mask")
+    keep = export_keep(searcher.store.dir, photos)
+    check_destination(export.path, export.fmt, request.mask is not None, keep)
     return keep

@@ -81,13 +81,13 @@ def search(
         query,
         k=k,
         min_probability=min_probability,
-        under=[under] if under is not None else [],
+        under=under,
         taken=taken,
         camera=camera,
         near=near,
         kind=kind,
         sort=sort,
-    )
+    ).check()
     result = state.searching.submit(search_service, state.searcher, request).result()
     hits, warnings = result.hits, result.warnings
     timings = {k: round(v, 2) for k, v in result.timings.items()}
