@@ -58,7 +58,7 @@ def index(work: Path, models: Path, photos: Path) -> Path:
 
 
 def selection(idx: Path, models: Path, n: int) -> list:
-    from wherein.search.api import Query, open_index
+    from wherein.search.service.search import Query, open_index
 
     with open_index(idx, models) as searcher:
         return searcher.search(Query.build([PROMPT]), k=n)
@@ -71,8 +71,8 @@ def coco_body(path: Path) -> dict:
 
 
 def run_local(hits, models: Path, out: Path) -> tuple[float, float, Path]:
-    from wherein.search.api import add_masks
     from wherein.search.export.hits import write_export
+    from wherein.search.service.search import add_masks
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)

@@ -15,7 +15,7 @@ Run by hand (minutes to hours), never in CI. Work files go under --tmp
    no disk; the generation time is inside the build's time). Measured in the child:
    wall time, peak heap (RssAnon, sampled) and VmHWM.
 3. Search on the result: recall@10 against exact search (float32 brute force over the
-   regenerated vectors, chunk by chunk) of the raw IVF top 10, of search/api.py's
+   regenerated vectors, chunk by chunk) of the raw IVF top 10, of search/searcher.py's
    Searcher.search (4x over-fetch re-scored from vectors.f16), and of the same
    candidates re-scored with float32; warm latency of Searcher.search (median, p95);
    for the index's nprobe and a sweep around it.
@@ -199,7 +199,7 @@ def bench_build(tmp: Path, n: int, budget: str, shard: int, feed: str, nq: int) 
     from wherein.indexer.normalize import unit_rows
     from wherein.indexer.store.index_store import IndexStore
     from wherein.indexer.store.vectors import apply_search_params
-    from wherein.search.api import QueryVectors, Searcher
+    from wherein.search.searcher import QueryVectors, Searcher
 
     synth = Synth(n, chunk=shard)
     model_id = "bench:synthetic"
@@ -400,7 +400,7 @@ def _print_build(b: dict) -> None:
             f"{built[f'recall_{key}_concept']:.4f} |"
         )
     print(
-        f"\n- warm query latency through search/api.py Searcher.search (k=10, query vector given, "
+        f"\n- warm query latency through search/searcher.py Searcher.search (k=10, query vector given, "
         f"{len(api)} queries): median {_pct(api, 50):.1f} ms, p95 {_pct(api, 95):.1f} ms"
     )
     print(

@@ -49,7 +49,7 @@ from wherein.indexer.models.standins import build_standin_models
 from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import CATALOG_FILE
 from wherein.indexer.store.vectors import VectorIndex, apply_search_params, choose_index, new_index
-from wherein.search.api import open_index
+from wherein.search.service.search import open_index
 
 
 def clustered(n: int, dim: int, clusters: int, seed: int, spread: float = 0.9) -> np.ndarray:

@@ -16,7 +16,6 @@ from PIL import Image
 
 from wherein.indexer.store import vectors as V
 from wherein.indexer.store.index_store import IndexStore
-from wherein.search.api import open_index
 from wherein.search.cli import cli
 from wherein.search.curate import dupes as D
 from wherein.search.curate import labels as L
@@ -24,6 +23,7 @@ from wherein.search.curate import select as S
 from wherein.search.curate.unique import unique_hits
 from wherein.search.export.hits import read_export
 from wherein.search.export.rows import PYARROW_MISSING
+from wherein.search.service.search import open_index
 
 from conftest import draw_shape
 

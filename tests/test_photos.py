@@ -17,9 +17,9 @@ from PIL.TiffImagePlugin import IFDRational
 
 from wherein.indexer.photometa import PhotoMeta, read_photo_meta
 from wherein.schemas.records import HIT_SCHEMA_PATH
-from wherein.search.api import open_index
 from wherein.search.cli import cli
 from wherein.search.photofilter import FilterError, Near, bounding_box, parse_near, parse_taken
+from wherein.search.service.search import open_index
 
 from conftest import draw_shape
 

@@ -24,7 +24,7 @@ def _clustered(n: int, seed: int) -> np.ndarray:
 def _search(index: Path, queries: np.ndarray, tmp_path: Path) -> list[list[tuple[int, float]]]:
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.store.index_store import IndexStore
-    from wherein.search.api import QueryVectors, Searcher
+    from wherein.search.searcher import QueryVectors, Searcher
 
     out = []
     with Searcher(IndexStore.open(index), ModelDir(tmp_path / "no-models")) as s:

@@ -1,4 +1,4 @@
-"""`wherein search` and wherein.search.api end to end with the stand-in models (a colour world)."""
+"""`wherein search` and wherein.search.service.search end to end with the stand-in models (a colour world)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from wherein.indexer.store import vectors as V
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import HIT_SCHEMA_PATH, Hit
 from wherein.search import output
-from wherein.search.api import Query, QueryError, Searcher, open_index
 from wherein.search.cli import cli
+from wherein.search.service.search import Query, QueryError, Searcher, open_index
 
 from conftest import draw_shape
 
@@ -302,7 +302,7 @@ def test_like_mixes_with_text(indexed):
 
 
 def test_like_an_indexed_id_uses_its_stored_vector(indexed, env):
-    from wherein.search.api import Query, QueryError, open_index
+    from wherein.search.service.search import Query, QueryError, open_index
 
     with open_index(env["index"], env["models"]) as s:
         red_id = next(h.id for h in s.search("red", k=1))

@@ -21,10 +21,9 @@ from video_files import BLUE, GREEN, RED, W, solid, write_video
 
 from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.records import HIT_CORE_FIELDS, HIT_SCHEMA_PATH, SEARCH_SCHEMA_PATH
-from wherein.search.api import Query, open_index
 from wherein.search.cli import cli
 from wherein.search.export.hits import read_export
-from wherein.search.service.search import SearchRequest, search
+from wherein.search.service.search import Query, SearchRequest, open_index, search
 from wherein.search.videos import clock, moments
 
 EVERY = 2.0  # seconds between sampled frames at most (`wherein index`'s default)

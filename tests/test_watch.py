@@ -21,7 +21,7 @@ from launch import python_argv
 
 from wherein.indexer.store.index_store import IndexStore
 from wherein.indexer.store.vectors import index_ids
-from wherein.search.api import open_index
+from wherein.search.service.search import open_index
 
 from conftest import draw_shape
 

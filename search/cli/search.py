@@ -139,13 +139,15 @@ def search(
       wherein search "a dog" --kind video         (one hit per video: the time, the moments)
     """
     from wherein.search import output
-    from wherein.search.api import MODEL_TEMPLATE, Query, open_index
     from wherein.search.service.errors import only_with
     from wherein.search.service.search import (
         DEFAULT_MASK_DIR,
+        MODEL_TEMPLATE,
         ExportRequest,
         MaskRequest,
+        Query,
         SearchRequest,
+        open_index,
     )
     from wherein.search.service.search import search as run_search
 

@@ -118,7 +118,7 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
     """
     import uvicorn
 
-    from wherein.search.api import MODEL_TEMPLATE
+    from wherein.search.service.search import MODEL_TEMPLATE
     from wherein.search.web.app import create_app
 
     bound_malloc()  # before any server thread exists

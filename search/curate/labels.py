@@ -88,7 +88,7 @@ def prompt_for(template: str, label: str) -> str:
 
 
 def compute_labels(searcher, labels: Sequence[str], template: str, batch: int = 4096) -> LabelRun:
-    """Probabilities of every indexed image for every label (searcher: wherein.search.api.Searcher)."""
+    """Probabilities of every indexed image for every label (searcher: wherein.search.searcher.Searcher)."""
     labels = parse_labels(labels)
     template = check_template(template)
     searcher.check_space()

@@ -140,8 +140,8 @@ def select(req: SelectRequest, feedback: Feedback = QUIET) -> SelectResult:
     Everything that can fail without work fails first: the query, a Ray address, then
     (after the search, before masks or files) where the copies or links would go.
     """
-    from wherein.search.api import MODEL_TEMPLATE, open_index
     from wherein.search.curate import select as S
+    from wherein.search.searcher import MODEL_TEMPLATE, open_index
 
     q = req.check().parsed
     if not q.has_text:
@@ -200,7 +200,7 @@ def _stored_labels(searcher, hits):
 
 def _masks_here(req: SelectRequest, hits, prompt, models_root, index_root):
     """A mask PNG and overlay per hit in req.out_dir; the vision passes kept in the index."""
-    from wherein.search.api import add_masks
+    from wherein.search.searcher import add_masks
     from wherein.search.service.search import DEFAULT_MASK_DIR  # search --mask's, the same
 
     out = req.out_dir or DEFAULT_MASK_DIR
@@ -267,8 +267,8 @@ def label(
     template: the prompt for each label ({} = the label) [the model's own]; raw: the label
     as typed (it wins over template).
     """
-    from wherein.search.api import open_index
     from wherein.search.curate import labels as L
+    from wherein.search.searcher import open_index
 
     names = L.parse_labels(labels)
     if template:

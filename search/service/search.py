@@ -1,17 +1,23 @@
-"""The search workflow: a query in, ranked hits out, with their masks and export when asked.
+"""Search from Python: the one public entry point, which `wherein search` and the web app's
+/api/search call too. A query in, ranked hits out, with their masks and export when asked.
 
-    from wherein.search.api import open_index
-    from wherein.search.service.search import SearchRequest, search
+    from wherein.search.service.search import SearchRequest, open_index, search
 
-    with open_index() as searcher:
-        result = search(searcher, SearchRequest("a red car", k=20, kind="video"))
-        print(result.to_dict())           # schemas/search.schema.json
+    with open_index() as index:  # index/models dirs: args > env > per-user dirs
+        result = search(index, SearchRequest("a red car", k=20, kind="video"))
+        for h in result.hits:
+            print(h.rank, h.score, h.probability, h.path, h.time)
+        print(result.to_dict())  # schemas/search.schema.json
 
-`wherein search` builds a ``SearchRequest`` from its options and renders the
-``SearchResult``; the web app's /api/search calls the same function with its shared
-Searcher. The request is checked before any model loads: the query, a mask prompt to
-segment, and the export's format and destination (never into the index folder, never over
-an input of the query).
+A ``SearchRequest`` is a ``Selection`` (wherein.search.selection: the query, -k, thresholds,
+folders, patterns, dates, camera, place, kind, frames-or-files, sort) plus what to do with
+its hits: ``mask`` (a ``MaskRequest``) and ``export`` (an ``ExportRequest``). The query is a
+string of the query algebra or a ``Query`` (wherein.search.query, which also says what
+``score`` and ``probability`` mean). The request is checked before any model loads: the
+selection, a mask prompt to segment, and the export's format and destination (never into the
+index folder, never over an input of the query). ``open_index(index_dir, models_dir,
+template)`` opens an index read-only; one open index may serve many searches, from several
+threads.
 """
 
 from __future__ import annotations
@@ -22,10 +28,35 @@ from typing import Any
 
 from wherein.schemas.errors import UsageError
 from wherein.schemas.records import Hit
-from wherein.search.api import Query, Searcher, add_masks
+from wherein.search.query import Query, QueryError
+from wherein.search.searcher import (
+    MODEL_TEMPLATE,
+    Searcher,
+    Template,
+    add_masks,
+    open_index,
+)
 from wherein.search.selection import Selection
 from wherein.search.service.errors import only_with
 from wherein.search.service.export import check_destination, export_keep
+
+__all__ = [
+    "MODEL_TEMPLATE",
+    "DEFAULT_MASK_DIR",
+    "ExportRequest",
+    "Hit",
+    "MaskRequest",
+    "Query",
+    "QueryError",
+    "SearchRequest",
+    "SearchResult",
+    "Searcher",
+    "Selection",
+    "Template",
+    "models_used",
+    "open_index",
+    "search",
+]
 
 DEFAULT_MASK_DIR = Path("wherein-masks")
 

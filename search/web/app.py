@@ -34,8 +34,8 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from wherein.search.api import MODEL_TEMPLATE, Template
 from wherein.search.cache.limit import cache_limit_bytes
+from wherein.search.service.search import MODEL_TEMPLATE, Template
 from wherein.search.web import DEFAULT_PREFETCH_MASKS, schemas
 from wherein.search.web.hosts import LOOPBACK_HOSTS, TrustedHosts, host_name
 from wherein.search.web.responses import add_error_handlers

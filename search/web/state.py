@@ -21,10 +21,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from wherein.schemas.errors import IndexError_
-from wherein.search.api import Template
 from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes, usable_cache
 from wherein.search.cache.thumbs import ResizedCache
 from wherein.search.cache.vision_store import VISION_DIR, VisionStore
+from wherein.search.service.search import Template
 from wherein.search.web import DEFAULT_PREFETCH_MASKS
 from wherein.search.web.files import BadRequest, IndexedFile, NotFound
 from wherein.search.web.masks import MaskService
@@ -50,7 +50,7 @@ class WebState:
         cache_bytes: int | None = None,
         prefetch_masks: int = DEFAULT_PREFETCH_MASKS,
     ) -> None:
-        from wherein.search.api import open_index
+        from wherein.search.service.search import open_index
 
         self.prefetch_masks = prefetch_masks
 

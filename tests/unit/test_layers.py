@@ -204,13 +204,29 @@ def test_no_modules_import_each_other():
     assert _cycles() == []
 
 
+def _engine_importers(root: Path = ROOT) -> list[str]:
+    """Imports of the search engine (search/searcher.py) from outside the search service."""
+    return [
+        f"{where} imports {target}"
+        for module, edges in sorted(_graph(root).items())
+        for target, where in edges.items()
+        if target == "wherein.search.searcher" and not module.startswith("wherein.search.service")
+    ]
+
+
+def test_only_the_service_reaches_the_search_engine():
+    # One public Python entry point: the CLI, the web app and everything else search through
+    # wherein.search.service, so a change of the engine has one caller to keep whole.
+    assert _engine_importers() == []
+
+
 def test_the_check_sees_a_backward_import(tmp_path):
     fake = tmp_path / "indexer"
     fake.mkdir()
-    (fake / "bad.py").write_text("from wherein.search.api import open_index\n")
+    (fake / "bad.py").write_text("from wherein.search.service.search import open_index\n")
     for layer in ("schemas", "search"):
         (tmp_path / layer).mkdir()
-    assert _backward_imports(tmp_path) == ["indexer/bad.py:1 imports wherein.search.api"]
+    assert _backward_imports(tmp_path) == ["indexer/bad.py:1 imports wherein.search.service.search"]
 
 
 def _fake_tree(tmp_path: Path, files: dict[str, str]) -> Path:

@@ -112,7 +112,7 @@ def test_status_check_finds_a_file_without_items(v3):
 
 @pytest.mark.slow  # builds the stand-in models once per session
 def test_search_answers_as_schema_3_did(v3, standin_models):
-    from wherein.search.api import open_index
+    from wherein.search.service.search import open_index
 
     expected = json.loads((FIXTURE / "expected.json").read_text())[v3.name]
     with open_index(v3, standin_models) as s:

@@ -132,7 +132,7 @@ def test_status_check_passes_without_touching_the_vectors(v1):
 
 @pytest.mark.slow  # builds the stand-in models once per session
 def test_search_ranks_as_the_first_release_did(v1, standin_models):
-    from wherein.search.api import open_index
+    from wherein.search.service.search import open_index
 
     expected = json.loads((v1 / "expected.json").read_text())
     with open_index(v1, standin_models) as s:
@@ -161,7 +161,7 @@ def test_search_ranks_as_the_first_release_did(v1, standin_models):
 
 _RANKS = """
 import json, sys
-from wherein.search.api import open_index
+from wherein.search.service.search import open_index
 with open_index(sys.argv[1], sys.argv[2]) as s:
     print(json.dumps({q: [h.id for h in s.search(q, k=20, check_exists=False)] for q in sys.argv[3:]}))
 """

@@ -18,7 +18,7 @@ def _loaded_after(code: str) -> list[str]:
 def test_the_search_path_imports_nothing_heavy():
     assert (
         _loaded_after(
-            "import wherein.search.cli.search, wherein.search.api, wherein.search.output\n"
+            "import wherein.search.cli.search, wherein.search.searcher, wherein.search.output\n"
             "import wherein.indexer.models.text_tower_litert, wherein.indexer.store.catalog"
         )
         == []

@@ -51,7 +51,7 @@ def search(
     page: Annotated[int, Query(ge=1)] = 1,
     per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = 48,
 ) -> JSONResponse:
-    from wherein.search.api import Query as Q
+    from wherein.search.service.search import Query as Q
     from wherein.search.service.search import SearchRequest
     from wherein.search.service.search import search as search_service
 

@@ -224,7 +224,7 @@ function openDetail(i) {
   $("d-score").textContent = h.score.toFixed(4);
   $("d-size").textContent = `${h.width ?? "?"} × ${h.height ?? "?"} px · ${humanBytes(h.size)}`;
   $("d-prompt").value = maskPrompt;
-  // "More like this" of a video searches by the mean of its frames (search/api.py).
+  // "More like this" of a video searches by the mean of its frames (search/searcher.py).
   $("d-like").title = isVideo(h) ? "Like what this video shows overall (all its frames)" : "";
   openVideo(h);
   if (!$("detail").open) $("detail").showModal();

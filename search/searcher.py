@@ -1,49 +1,19 @@
-"""Search an index from Python; the `wherein search` command is a thin layer over this.
+"""The search engine behind the search service: an open index, its query vectors, the
+FAISS candidates, exact scores, the fold of a video's frames into one hit. Internal: call
+wherein.search.service.search (``open_index``, ``search``, ``SearchRequest``), the one public
+Python entry point, which the CLI and the web app call too.
 
-    from wherein.search.api import open_index, Query
-
-    with open_index() as searcher:            # index/models dirs: args > env > per-user dirs
-        hits = searcher.search("red car - people", k=20)
-        hits = searcher.search(Query.parse("beach").like("ref.jpg"), min_probability=0.3,
-                               under="~/Photos/2024", glob="*.jpg", sort="date")
-        for h in hits:
-            print(h.rank, h.score, h.probability, h.path, h.exists)
-
-``search`` accepts a ``Query`` (see wherein.search.query for the algebra and for
-what ``score``/``probability`` mean) or a query string. Selection:
-
-- ``k``: at most k hits (default 10; unlimited when a threshold is given);
-- ``min_probability``: every hit whose calibrated probability is >= P (all of
-  them, not a top-k: a FAISS range search at the cosine
-  ``TextTower.cosine_for_probability(P)``); needs a text term;
-- ``min_score``: every hit whose cosine with the full query is >= S;
-- ``under`` / ``glob``: only paths below these folders / matching these
-  patterns (a pattern without "/" matches the file name, one with "/" the
-  path; case-insensitive). They become a FAISS IDSelector, so a filtered
-  search still returns k hits when k images match;
-- ``taken`` / ``camera`` / ``near``: photo metadata filters, through the same
-  selector: a range of local dates ("2024-06-01..2024-08-31", open ends
-  allowed; EXIF date, else the file's mtime), a substring of the camera make
-  and model, a point and radius ("48.85,2.29,5" = 5 km; GPS in EXIF). See
-  wherein.search.photofilter;
-- ``kind``: "photo" or "video": only files of that kind (through the same selector);
-- ``frames``: a video's frames as hits of their own; by default a video is one hit, its
-  best frame's, with its ``duration`` and ``moments`` (wherein.search.videos), and ``k``
-  counts files, not frames;
-- ``sort``: "score" (default), "date" (newest file first), "taken" (newest
-  photo first), "path", "size" (largest first), applied after the cut;
-  ``reverse`` flips it. ``rank`` stays the relevance rank.
-
-Scores are exact: candidates from an approximate (IVF-SQ8) index are re-scored
-against the catalog's vectors (float32; float16 in vectors.f16 for an index from
-`build-index`, within ~1e-3 of float32, see docs/scale.md). Hits whose file is gone carry
-``exists=False`` (stale entries; re-run `wherein index` to drop them).
-``Searcher.last_timings`` holds the split of the last search (sync, encode, ann, join, total; ms);
-``Searcher.last_warnings`` what the user should hear about it (an ``under`` folder holding no
-indexed image: outside every folder the index covers, say), one line each. Both are per
-thread: a server's threads sharing one Searcher each read their own search's.
-The text tower loads on the first text query, the image tower on the first
-``--like`` of a file that is not in the index; both once per process.
+``Searcher.search`` takes a Selection (wherein.search.selection says what each field selects)
+or a query with Selection's fields as keywords. Scores are exact: candidates from an
+approximate (IVF-SQ8) index are re-scored against the catalog's vectors (float32; float16 in
+vectors.f16 for an index from `build-index`, within ~1e-3 of float32, see docs/scale.md).
+Hits whose file is gone carry ``exists=False`` (stale entries; re-run `wherein index` to drop
+them). ``Searcher.last_timings`` holds the split of the last search (sync, encode, ann, join,
+total; ms); ``Searcher.last_warnings`` what the user should hear about it (an ``under`` folder
+holding no indexed file: outside every folder the index covers, say), one line each. Both are
+per thread: a server's threads sharing one Searcher each read their own search's. The text
+tower loads on the first text query, the image tower on the first ``--like`` of a file that
+is not in the index; both once per process.
 
 A Searcher may be shared between threads (a web app's workers).
 """
