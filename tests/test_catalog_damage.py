@@ -318,3 +318,20 @@ def test_a_catalog_from_a_newer_wherein_is_read_but_never_written(indexed, env, 
     assert code == 0 and len([w for w in out.split() if w.endswith(".png")]) == N_PHOTOS, out
     code, out = run("status", "--json")
     assert code == 0 and json.loads(out[out.index("{") :])["schema_version"] == 99, out
+
+
+# -- overwritten bytes in vectors.faiss ---------------------------------------------------------
+def test_index_rewrites_a_vectors_faiss_whose_checksum_fails(indexed, env):
+    index = env["index"]
+    shutil.copytree(indexed["index"], index)
+    faiss_file = index / "vectors.faiss"
+    data = bytearray(faiss_file.read_bytes())
+    data[800_000:804_000] = random.Random(2).randbytes(4000)  # the vectors of 1-2 photos
+    faiss_file.write_bytes(bytes(data))
+    code, out = run("status", "--check")
+    assert code == 1 and "Traceback" not in out, out
+    out = index_json(str(indexed["photos"]))
+    assert out["unchanged"] == N_PHOTOS and out["embedded"] == 0, out
+    assert faiss_file.read_bytes() != bytes(data)
+    code, out = run("status", "--check")
+    assert code == 0 and "check      ok" in out, out

@@ -202,3 +202,42 @@ def test_read_only_check_names_the_repair(built, monkeypatch):
     problems = json.loads(res.stdout)["check"]["problems"]
     assert len(problems) == 1 and "is damaged" in problems[0], problems
     assert f"`wherein status --repair --index {index}`" in problems[0]
+
+
+def test_overwritten_vectors_of_a_flat_index_fail_the_checksum_and_are_rebuilt(
+    embedded, standin_models, monkeypatch, tmp_path
+):
+    """4,000 bytes overwritten in the middle of a flat vectors.faiss (the vectors of a couple
+    of files: a sample of ids and vectors misses them). vectors.json's checksum catches it:
+    search warns and answers from vectors rebuilt from vectors.f16, `status --check` fails,
+    `status --repair` writes the file again."""
+    from wherein.indexer.scale.build_index import build_index
+    from wherein.indexer.store.vectors import VectorIndex
+
+    monkeypatch.setenv("WHEREIN_MODELS", str(standin_models))
+    index = tmp_path / "idx"
+    assert build_index([embedded], index).kind == "flat"
+    assert (index / "vectors.f16").is_file()
+    before = _search(index)
+    faiss_file = index / "vectors.faiss"
+    _overwrite(faiss_file, 800_000, 804_000)
+    damaged = faiss_file.read_bytes()
+
+    res = _invoke("search", "red", "--index", str(index), "-k", "10")
+    assert res.exit_code == 0, res.output
+    assert "vectors.faiss is damaged: its checksum" in res.stderr, res.stderr
+    assert _search(index) == before
+    res = _invoke("status", "--check", "--index", str(index))
+    assert res.exit_code == 1, res.output
+    problems = json.loads(res.stdout)["check"]["problems"]
+    assert len(problems) == 1 and "checksum" in problems[0], problems
+    assert faiss_file.read_bytes() == damaged  # searching and checking never write
+
+    res = _invoke("status", "--repair", "--index", str(index))
+    assert res.exit_code == 0 and json.loads(res.stdout)["check"]["ok"], res.output
+    res = _invoke("status", "--check", "--index", str(index))
+    assert json.loads(res.stdout)["check"]["ok"], res.output
+    repaired = VectorIndex(index)
+    assert repaired.load() and repaired.ntotal == N
+    assert "damaged" not in _invoke("search", "red", "--index", str(index)).stderr
+    assert _search(index) == before

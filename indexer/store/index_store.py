@@ -142,7 +142,7 @@ class IndexStore:
         store.rebuilt = rebuilt
         if load_vectors:
             try:
-                store.vectors.load()
+                store.vectors.load(catalog.generation)
             except BaseException:  # an on-disk index's .ivfdata missing: release lock and catalog
                 store.close()
                 raise
@@ -276,7 +276,11 @@ class IndexStore:
             )
             on_disk = self.vectors  # what a search uses: the file plus its catch-up
         # Re-read what is on disk, not what is in memory.
-        if cat.count_embedded() and on_disk is not self.vectors and not on_disk.load():
+        if (
+            cat.count_embedded()
+            and on_disk is not self.vectors
+            and not on_disk.load(cat.generation)
+        ):
             rep.fail(f"{self.dir / FAISS_FILE}: missing or unreadable")
             return rep
         if on_disk.index is None:
