@@ -254,6 +254,61 @@ def bench_hits(models_root: Path, photos: list[Path], ks: list[int], reps: int) 
     return lines + [""]
 
 
+def bench_refinement(models_root: Path, photos: list[Path], k: int, reps: int) -> list[str]:
+    """k hits through `add_masks_to_hits` with the coarse-to-fine refinement (the default) and
+    with the whole pass only (what the mask was before it): wall, CPU and the vision passes
+    each ran (the bench photos hold red ellipses of 300-1200 px: the small ones get crops)."""
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.registry import load_segmenter
+    from wherein.search.localize import masking
+    from wherein.search.localize.masking import add_masks_to_hits, plan_parallelism
+
+    hits = _hits(photos, k)
+    _, threads = plan_parallelism(k)
+    model = load_segmenter(ModelDir(models_root), threads, cached=True)
+    passes = [0]
+    run_pass = model.image_features
+
+    def counted(image):
+        passes[0] += 1
+        return run_pass(image)
+
+    model.image_features = counted  # this bench's model only: every pass, whole or crop
+    loader = masking.image_loader
+    rows = []
+    add_masks_to_hits(hits[:1], "a red ball", Path(tempfile.mkdtemp()), models_root)  # warm
+    for name, refine in (("whole pass only (before)", False), ("coarse to fine (now)", True)):
+        # The whole pass alone: no image to crop from, so mask_of refines nothing.
+        masking.image_loader = loader if refine else (lambda *_a, **_k: None)  # type: ignore[assignment]
+        walls, cpus, counts = [], [], []
+        for _ in range(reps):
+            masking._CACHES.pop(model, None)  # a fresh process's cache: every vision pass runs
+            passes[0] = 0
+            with tempfile.TemporaryDirectory() as tmp:
+                wall, cpu, out = _timed(
+                    lambda t=tmp: add_masks_to_hits(hits, "a red ball", Path(t), models_root)
+                )
+            assert len(out) == k
+            walls.append(wall)
+            cpus.append(cpu)
+            counts.append(passes[0])
+        rows.append(
+            f"| {name} | {statistics.median(walls):.2f} | {statistics.median(cpus):.2f} | "
+            f"{statistics.median(counts):.0f} |"
+        )
+    masking.image_loader = loader
+    del model.image_features
+    return [
+        f"{k} hits (`add_masks_to_hits`, vision cache empty) with the small regions refined on "
+        "crops (refine.py) and with the whole pass only:",
+        "",
+        "| masks | wall s | CPU s | vision passes |",
+        "|---|---:|---:|---:|",
+        *rows,
+        "",
+    ]
+
+
 def combined_models(work: Path, standin: Path, clipseg_root: Path, name: str) -> Path:
     """A models folder: the stand-in SigLIP towers (to index and search) + the given CLIPSeg."""
     root = work / f"models-{name}"
@@ -559,9 +614,12 @@ NOTES = [
 def section(label: str, models_root: Path, standin: Path, args, photos) -> list[str]:
     lines = [f"### {label}", ""]
     combo = combined_models(args.work, standin, models_root, models_root.name)
+    if args.only == "refine":
+        return lines + bench_refinement(models_root, photos, args.k, args.reps)
     if args.only != "web":
         lines += bench_steps(models_root, photos, args.reps)
         lines += bench_hits(models_root, photos, [1, args.k], args.reps)
+        lines += bench_refinement(models_root, photos, args.k, args.reps)
         lines += bench_cli(args.work, combo, photos, args.k, args.reps)
     else:
         bench_cli_index(args.work, combo, photos)
@@ -580,7 +638,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--only", choices=["web"], default=None, help="Only the `wherein serve` rows.")
+    ap.add_argument(
+        "--only",
+        choices=["web", "refine"],
+        default=None,
+        help="Only the `wherein serve` rows, or only the refinement's (with and without it).",
+    )
     args = ap.parse_args()
 
     from wherein.indexer.models.standins import build_standin_models
@@ -593,7 +656,7 @@ def main() -> None:
         "# CLIPSeg mask cost",
         "",
         f"Command: `python bench/bench_mask.py{' --full' if args.full else ''} --reps {args.reps} "
-        f"--k {args.k}{' --only web' if args.only else ''}`",
+        f"--k {args.k}{f' --only {args.only}' if args.only else ''}`",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python "
         f"{platform.python_version()}.",
         f"Photos: {args.k} synthetic {PHOTO_SIZE[0]}x{PHOTO_SIZE[1]} JPEGs.",

@@ -38,7 +38,8 @@ from wherein.schemas.records import HIT_MASK_FIELDS
 from wherein.search.cache.vision import Seen, VisionCache
 from wherein.search.cache.vision_store import VisionStore, content_key, rounded
 from wherein.search.localize.bitpng import encode_1bit
-from wherein.search.localize.probmap import enlarges, stretch, threshold_runs
+from wherein.search.localize.probmap import enlarges, stretch, sum_over_runs, threshold_runs
+from wherein.search.localize.refine import Refinement, Refiner
 from wherein.search.localize.regions import Region, Runs, regions, regions_of_runs
 
 __all__ = [
@@ -78,6 +79,8 @@ class MaskResult:
     inside_sum: float  # sum of the photo-size probabilities inside the mask
     regions: list[Region]
     threshold: float = CLIPSEG_MASK_THRESHOLD
+    # Crops segmented again (refine.py): inside each, its map replaces the coarser one.
+    refinements: tuple[Refinement, ...] = ()
 
     @classmethod
     def from_probability(
@@ -99,10 +102,57 @@ class MaskResult:
             runs, total = Runs.of_mask(mask), float(soft[mask].sum(dtype=np.float64))
         return cls(prompt, prob, size, runs, total, regions_of_runs(runs), threshold)
 
+    @classmethod
+    def composed(
+        cls,
+        prompt: str,
+        prob: np.ndarray,
+        size: tuple[int, int],
+        refinements: Sequence[Refinement],
+        threshold: float = CLIPSEG_MASK_THRESHOLD,
+    ) -> MaskResult:
+        """The whole pass's map (`prob`) with the crops' maps merged in at the photo's size:
+        each pixel takes the finest pass over it (a higher level; a crop over the whole pass).
+        Runs, regions, area and score are the merged mask's."""
+        whole = cls.from_probability(prompt, prob, size, threshold)
+        if not refinements:
+            return whole
+        layers = sorted(refinements, key=lambda r: r.level)
+        parts: list[Runs] = []
+        total = 0.0
+        for i, layer in enumerate([None, *layers]):
+            above = [r.box for r in layers[i:] if layer is None or r.level > layer.level]
+            if layer is None:
+                source, runs, inside, (dx, dy) = prob, whole.runs, whole.inside_sum, (0, 0)
+            else:
+                own = cls.from_probability(prompt, layer.prob, layer.size, threshold)
+                source, runs, inside = layer.prob, own.runs, own.inside_sum
+                dx, dy = layer.box[0], layer.box[1]
+            cut = [(b[0] - dx, b[1] - dy, b[2] - dx, b[3] - dy) for b in above]
+            kept = runs.without_boxes(cut) if cut else runs
+            total += inside if kept.area == runs.area else sum_over_runs(source, kept)
+            parts.append(kept.shifted(dx, dy, *size))
+        runs = Runs.union(parts, *size)
+        return cls(
+            prompt, whole.source, size, runs, total, regions_of_runs(runs), threshold, tuple(layers)
+        )
+
+    def soft_at(self, size: tuple[int, int]) -> np.ndarray:
+        """float32 [h, w] probabilities at size=(w, h): the whole pass's map stretched, each
+        refined crop's map stretched into its box (finest last)."""
+        out = stretch(self.source, size).copy() if self.refinements else stretch(self.source, size)
+        sx, sy = size[0] / self.size[0], size[1] / self.size[1]
+        for r in self.refinements:
+            x0, y0 = round(r.box[0] * sx), round(r.box[1] * sy)
+            x1, y1 = round(r.box[2] * sx), round(r.box[3] * sy)
+            if x1 > x0 and y1 > y0:
+                out[y0:y1, x0:x1] = stretch(r.prob, (x1 - x0, y1 - y0))
+        return out
+
     @cached_property
     def soft(self) -> np.ndarray:
         """float32 [H, W] probabilities at the photo's size."""
-        return stretch(self.source, self.size)
+        return self.soft_at(self.size)
 
     @cached_property
     def mask(self) -> np.ndarray:
@@ -174,10 +224,10 @@ class MaskResult:
         base = (
             image if image.size == (ow, oh) else image.resize((ow, oh), Image.Resampling.BILINEAR)
         )
-        # The tint is for the eye: stretch the 8-bit alpha of the 352 map (Pillow, in C).
+        # The tint is for the eye: the (merged) map at the overlay's size, as 8-bit alpha.
         alpha = Image.fromarray(
-            (np.clip(self.source, 0, 1) * (OVERLAY_ALPHA * 255) + 0.5).astype(np.uint8)
-        ).resize((ow, oh), Image.Resampling.BILINEAR)
+            (np.clip(self.soft_at((ow, oh)), 0, 1) * (OVERLAY_ALPHA * 255) + 0.5).astype(np.uint8)
+        )
         out = Image.composite(Image.new("RGB", (ow, oh), OVERLAY_TINT), base.convert("RGB"), alpha)
         box = self.bbox_largest
         if box is not None:
@@ -206,14 +256,38 @@ class MaskResult:
 
 
 def mask_of(
-    model, prompt: str, features: np.ndarray, size: tuple[int, int], cond: np.ndarray | None = None
+    model,
+    prompt: str,
+    features: np.ndarray,
+    size: tuple[int, int],
+    cond: np.ndarray | None = None,
+    image: Callable[[int], Image.Image] | None = None,
+    hint: Sequence[float] | None = None,
+    slice_if_empty: bool = False,
 ) -> MaskResult:
     """The mask step every path shares: the decoder on an image's vision pass and the prompt's
     condition (`cond`, when the caller encoded it once for many images), measured at the
-    photo's size."""
+    photo's size.
+
+    With `image` (draft size -> the image decoded at least twice that on its short side),
+    the small regions are segmented again on crops and merged in (refine.py): `hint` (a
+    hit's region) is the first crop; slice_if_empty slices a large photo the whole pass
+    found nothing in."""
     if cond is None:
         cond = model.encode_prompt(prompt)
-    return MaskResult.from_probability(prompt, model.decode(features, cond), size)
+    prob = model.decode(features, cond)
+    if image is None:
+        return MaskResult.from_probability(prompt, prob, size)
+    refinements = Refiner(model, cond, size, image).refine(prob, hint, slice_if_empty)
+    return MaskResult.composed(prompt, prob, size, refinements)
+
+
+def image_loader(path: str | Path, time: float | None = None) -> Callable[[int], Image.Image]:
+    """What a refinement decodes its crops from: the photo at a draft size (libjpeg's
+    reduction), or the video's frame at `time` (full size)."""
+    if time is not None:
+        return lambda _draft: frame_image(path, time)
+    return lambda draft: decode(Path(path), draft_size=draft)[0]
 
 
 # -- images and hits -------------------------------------------------------------------
@@ -386,6 +460,13 @@ def indexed_content(hit: Any) -> str | None:
     return sha if (st.st_size, st.st_mtime_ns) == (size, mtime_ns) else None
 
 
+def hit_region(hit: Any) -> list[float] | None:
+    """The box of a hit's best region ([x0, y0, x1, y1] in the photo's pixels; a `--regions`
+    index's), None when the whole photo matched best or the hit has none."""
+    region = _hit_opt(hit, "region")
+    return None if region is None or _hit_opt(hit, "kind") == "video" else list(region)
+
+
 def hit_time(hit: Any) -> float | None:
     """The moment a hit's mask is of: a video hit's best frame, None for a photo."""
     time = _hit_opt(hit, "time")
@@ -447,8 +528,11 @@ def mask_file(
         raise WhereinError(f"{path}: {exc}") from None
     out: list[tuple[MaskResult, dict[str, str]]] = []
     used: set[str] = set()
+    loader = image_loader(path, time)
     for prompt in prompts:
-        res = mask_of(model, prompt, seen.features, seen.size)
+        res = mask_of(
+            model, prompt, seen.features, seen.size, image=loader, slice_if_empty=time is None
+        )
         files: dict[str, str] = {}
         if out_dir is not None:
             stem = source_stem(path, time)
@@ -557,7 +641,9 @@ def add_masks_to_hits(
             if on_error is not None:
                 on_error(hit, str(exc))
             return dict.fromkeys(HIT_MASK_FIELDS)
-        res = mask_of(model, prompt, seen.features, seen.size, cond)
+        res = mask_of(
+            model, prompt, seen.features, seen.size, cond, image_loader(path, time), hit_region(hit)
+        )
         values = hit_values(res)
         if min_mask_area is not None and values["mask_area"] < min_mask_area:
             return values  # dropped below: no files for it

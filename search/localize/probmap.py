@@ -102,6 +102,15 @@ def threshold_runs(prob: np.ndarray, size: tuple[int, int], threshold: float) ->
     return Thresholded(runs, _sum_over_runs(prob, runs))
 
 
+def sum_over_runs(prob: np.ndarray, runs: Runs) -> float:
+    """Sum of `stretch(prob, (runs.width, runs.height))` over the runs, at any size: from
+    prefix sums when the stretch enlarges, else over the (small) stretched map."""
+    if enlarges(prob.shape, (runs.width, runs.height)):
+        return _sum_over_runs(prob, runs)
+    soft = stretch(prob, (runs.width, runs.height))
+    return float(soft[runs.to_mask()].sum(dtype=np.float64))
+
+
 def _sum_over_runs(prob: np.ndarray, runs: Runs) -> float:
     """Sum of the stretched map over the runs, from prefix sums over the source rows only.
 

@@ -60,6 +60,36 @@ class Runs:
                 rows, x0, x1 = rows[first], x0[first], x1[last]
         return cls(rows, x0, x1, width, height)
 
+    def shifted(self, dx: int, dy: int, width: int, height: int) -> Runs:
+        """These runs moved by (dx, dy) into a width x height mask (a crop's runs in its photo)."""
+        return Runs(self.rows + dy, self.x0 + dx, self.x1 + dx, width, height)
+
+    def without_boxes(self, boxes) -> Runs:
+        """These runs less every [x0, y0, x1, y1) box (a run a box cuts keeps its two ends)."""
+        rows, x0, x1 = self.rows, self.x0, self.x1
+        for bx0, by0, bx1, by1 in boxes:
+            cut = (rows >= by0) & (rows < by1) & (x0 < bx1) & (x1 > bx0)
+            if not cut.any():
+                continue
+            left = cut & (x0 < bx0)
+            right = cut & (x1 > bx1)
+            rows = np.concatenate([rows[~cut], rows[left], rows[right]])
+            x0, x1 = (
+                np.concatenate([x0[~cut], x0[left], np.full(int(right.sum()), bx1)]),
+                np.concatenate([x1[~cut], np.full(int(left.sum()), bx0), x1[right]]),
+            )
+        order = np.lexsort((x0, rows))
+        return Runs.merged(rows[order], x0[order], x1[order], self.width, self.height)
+
+    @classmethod
+    def union(cls, parts: list[Runs], width: int, height: int) -> Runs:
+        """The runs of disjoint parts of one width x height mask, as one (touching runs join)."""
+        rows = np.concatenate([p.rows for p in parts]).astype(np.int64)
+        x0 = np.concatenate([p.x0 for p in parts]).astype(np.int64)
+        x1 = np.concatenate([p.x1 for p in parts]).astype(np.int64)
+        order = np.lexsort((x0, rows))
+        return cls.merged(rows[order], x0[order], x1[order], width, height)
+
     def to_mask(self) -> np.ndarray:
         """The bool [height, width] mask these runs describe (one np.repeat: cost ~ runs + pixels/8)."""
         w, h = self.width, self.height

@@ -226,11 +226,13 @@ class MaskService:
 
     def _result(self, f: IndexedFile, prompt: str, pkey: str) -> tuple[Any, Seen]:
         """On the mask thread: the prompt's mask on the image (a decoder run on its pass)."""
-        from wherein.search.localize.masking import mask_of
+        from wherein.search.localize.masking import image_loader, mask_of
 
         model = self.model
         seen = self._vision(f, model)
-        res = mask_of(model, prompt, seen.features, seen.size)
+        # Small regions are segmented again on crops of the file (refine.py), as `search --mask`.
+        loader = image_loader(f.path, f.time)
+        res = mask_of(model, prompt, seen.features, seen.size, image=loader)
         self.decoder_runs += 1
         with self._lock:
             self._results[f"{f.key}/{pkey}"] = res
