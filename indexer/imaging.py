@@ -234,12 +234,13 @@ class Prepared:
     photo: PhotoMeta | None = None  # EXIF from the same bytes (the index run stores it)
     ctime_ns: int = 0  # with size and mtime, the state of the file read (0: not known)
     inode: int = 0
-    # A video (probed, not decoded yet): its frames are sampled and embedded in chunks
-    # after its file row is committed (ingest/videos.py); items stays empty.
+    # A timed file (a video: probed, not decoded yet): its frames are sampled and embedded
+    # in chunks after its file row is committed (ingest/videos.py); items stays empty.
     video: VideoInfo | None = None
     # Regions cut from a photo (indexer/regions.py): how many of items are regions; None
     # when the photo was not cut (regions off, or not read).
     regions: int | None = None
+    kind: str = "photo"  # its media kind's name (indexer/kinds), as the catalog stores it
 
     @property
     def pixels(self) -> np.ndarray | None:

@@ -67,8 +67,9 @@ HIT_CORE_FIELDS = (
     "duration",
     "moments",
 )
-# What an item's kind in the catalog is called in a hit ("image": a photo's one item;
-# "frame": a video's, whose hit is the video).
+# A hit's kind is its file's media kind (the catalog's images.kind: "photo", "video", or any
+# kind registered in wherein.indexer.kinds). A row that names no file kind (written before
+# kinds) gets it from its item's kind: "image" a photo's one item, "frame" a video's.
 HIT_KINDS = {"image": "photo", "frame": "video"}
 # The fields of one of a video hit's moments, in this order.
 MOMENT_FIELDS = ("start", "end", "time", "score", "probability")
@@ -194,7 +195,7 @@ class Hit:
         """A Hit from a catalog row (``Catalog.hit_rows``; a ``rows_by_ids`` row, which
         names no item, gives a hit without one)."""
         taken, source, key = taken_fields(row)
-        kind = row.get("kind")
+        kind = row.get("file_kind") or row.get("kind")
         return cls(
             rank=rank,
             path=row["path"],

@@ -194,8 +194,8 @@ def to_table(hits: Sequence[Hit], photo: Sequence[str] = (), near: str | None = 
 
 
 def _at(h: Hit) -> str:
-    """' @ 1:23' after a video's path: where in it to look."""
-    if h.kind != "video" or h.time is None:
+    """' @ 1:23' after a timed file's path (a video's): where in it to look."""
+    if h.time is None:
         return ""
     from wherein.search.videos import clock
 

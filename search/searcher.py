@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from wherein.indexer import paths as P
+from wherein.indexer.kinds import registry as media
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import ImageEmbedder, TextEncoder, entry_for
 from wherein.indexer.normalize import unit_rows
@@ -61,8 +62,6 @@ __all__ = [
 ]
 
 DEFAULT_K = 10
-# What --kind names -> the catalog's item kind.
-ITEM_KIND = {hit_kind: item_kind for item_kind, hit_kind in HIT_KINDS.items()}
 # Approximate (SQ8) scores can be off by ~1e-3; widen the range search by this
 # much, then cut on exact scores.
 _APPROX_MARGIN = 0.01
@@ -231,10 +230,8 @@ class Searcher:
         stored = self._indexed_vector(path)
         if stored is not None:
             return stored  # already embedded: no need to load the image tower
-        from wherein.indexer.media import VIDEO, kind_by_content
-
-        if kind_by_content(path) == VIDEO:
-            raise QueryError(f"{term.value}: a video is used with --like once it is indexed")
+        if (found := media.kind_of(path)).timed:
+            raise QueryError(f"{term.value}: a {found.name} is used with --like once it is indexed")
         from wherein.indexer.imaging import DecodeError, decode
 
         try:
@@ -256,8 +253,8 @@ class Searcher:
             return self._file_vector(row["id"])
 
     def _file_vector(self, file_id: int) -> np.ndarray | None:
-        """A file's query vector (call under the lock): a photo's one vector; for a video the
-        mean direction of its frames (what the clip shows overall), unit length."""
+        """A file's query vector (call under the lock): a photo's one vector; for a timed file
+        (a video) the mean direction of its frames (what the clip shows overall), unit length."""
         cat = self.store.catalog
         vec = cat.file_vectors([file_id]).get(file_id)
         if vec is not None:
@@ -313,7 +310,7 @@ class Searcher:
             if photo is not None:
                 allowed = photo.ids(self.store.catalog, allowed)
             if kind is not None:
-                of_kind = self.store.catalog.embedded_ids(ITEM_KIND[kind])
+                of_kind = self.store.catalog.embedded_ids(file_kind=kind)
                 allowed = of_kind if allowed is None else np.intersect1d(allowed, of_kind)
             # Folding costs a look-up of each candidate's file: not for a library of photos.
             fold = not sel.frames and self.store.catalog.holds_videos()
@@ -486,25 +483,25 @@ class Searcher:
                     check_exists=check_exists,
                 )
             )
-        if fold and any(h.kind == "video" for h in hits):
-            hits = self._fold_videos(qv, hits, min_probability, min_score)
+        if fold and any(_timed(h) for h in hits):
+            hits = self._fold_timed(qv, hits, min_probability, min_score)
         return hits
 
-    def _fold_videos(
+    def _fold_timed(
         self, qv: QueryVectors, hits: list[Hit], min_probability, min_score
     ) -> list[Hit]:
-        """Each video hit becomes its video's: the best of all its frames (exact scores, not
-        only the candidates FAISS returned) with the moments they make; then ranked again,
-        best first, equal scores by item id."""
+        """Each hit of a timed kind (a video) becomes its file's: the best of all its frames
+        (exact scores, not only the candidates FAISS returned) with the moments they make;
+        then ranked again, best first, equal scores by item id."""
         cat = self.store.catalog
-        frames = cat.embedded_frames(h.id for h in hits if h.kind == "video")
+        frames = cat.embedded_frames(h.id for h in hits if _timed(h))
         calibration = None
         if qv.text is not None:
             calibration = (self.text_tower.logit_scale, self.text_tower.logit_bias)
         out: list[Hit] = []
         for h in hits:
             stamps = frames.get(h.id)
-            if h.kind != "video" or not stamps:
+            if not _timed(h) or not stamps:
                 out.append(h)
                 continue
             item_ids = np.array([i for i, _ in stamps], dtype=np.int64)
@@ -537,6 +534,11 @@ class Searcher:
             )
         order = rank_order([h.score for h in out], [h.item_id or h.id for h in out])
         return [out[i].replace(rank=n + 1) for n, i in enumerate(order)]
+
+
+def _timed(hit: Hit) -> bool:
+    """Whether the hit's file is of a timed kind (its frames fold into moments)."""
+    return hit.kind in media.names() and media.named(hit.kind).timed
 
 
 def add_masks(

@@ -19,7 +19,8 @@ else. ``check()`` is the one check of its values, made before any model loads:
   time, else the file's mtime), a substring of the camera make and model, a point and radius
   ("48.85,2.29,5" = 5 km; the GPS position recorded in the file). See
   wherein.search.photofilter;
-- ``kind``: "photo" or "video": only files of that kind;
+- ``kind``: a media kind's name ("photo", "video", ...; wherein.indexer.kinds): only
+  files of that kind;
 - ``frames``: a video's frames as hits of their own; by default a video is one hit, its
   best frame's, with its ``duration`` and ``moments``, and ``k`` counts files, not frames;
 - ``sort``: "score" (default), "date" (newest file first), "taken" (newest first by the
@@ -38,12 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from wherein.schemas.records import HIT_KINDS
+from wherein.indexer.kinds.registry import names as kind_names
 from wherein.search.photofilter import Near, PhotoFilter, TakenRange
 from wherein.search.query import SORT_KEYS, Query, QueryError
 
-# What `kind` chooses between: what a hit's kind says ("photo", "video").
-KINDS = tuple(dict.fromkeys(HIT_KINDS.values()))
+# What `kind` chooses between: what a hit's kind says, a media kind ("photo", "video", ...).
+KINDS = kind_names()
 
 Folders = str | Path | Sequence[str | Path] | None  # one folder or several
 Patterns = str | Sequence[str] | None

@@ -8,6 +8,7 @@ against what was drawn.
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import signal
@@ -24,10 +25,10 @@ from launch import python_argv
 from PIL import Image
 from video_files import BLUE, PHONE, RED, H, W, segments, solid, write_audio, write_video
 
-from wherein.indexer import media
 from wherein.indexer.ingest import videos as ingest_videos
 from wherein.indexer.ingest.walk import walk
 from wherein.indexer.ingest.watch import folders_to_walk
+from wherein.indexer.kinds import registry as media
 from wherein.indexer.scale.sources import list_items
 from wherein.indexer.store.catalog import Catalog
 from wherein.search.cli import cli
@@ -111,8 +112,8 @@ def test_videos_are_found_by_name_and_by_content_and_embed_lists_them(tmp_path):
     (tmp_path / "fake.mp4").write_text("not a video")  # a video's name: probed, then a skip
     found = sorted(Path(f.path).name for f in walk([tmp_path]))
     assert found == ["IMG_0001", "a.mp4", "fake.mp4", "p.png"]
-    assert media.kind_by_content(tmp_path / "IMG_0001") == media.VIDEO
-    assert media.kind_by_content(tmp_path / "p.png") == media.PHOTO
+    assert media.kind_of(tmp_path / "IMG_0001").name == "video"
+    assert media.kind_of(tmp_path / "p.png").name == "photo"
     # A watch looks where an event names a video, by name or by content, and nowhere else.
     assert folders_to_walk([str(tmp_path / "IMG_0001")], [str(tmp_path)]) == [str(tmp_path)]
     assert folders_to_walk([str(tmp_path / "notes.txt")], [str(tmp_path)]) == []
@@ -271,14 +272,16 @@ def test_a_corrupt_stream_keeps_the_frames_before_the_damage(env, tmp_path):
 def decodes(monkeypatch) -> list[str]:
     """The videos whose frames a run decodes."""
     seen: list[str] = []
-    real = ingest_videos.Sampling
+    # The module (the package's `sample` is a function): what the video kind samples with.
+    video_sample = importlib.import_module("wherein.indexer.video.sample")
+    real = video_sample.Sampling
 
     class Counting(real):  # type: ignore[misc, valid-type]
         def __init__(self, path, **kw) -> None:
             seen.append(Path(path).name)
             super().__init__(path, **kw)
 
-    monkeypatch.setattr(ingest_videos, "Sampling", Counting)
+    monkeypatch.setattr(video_sample, "Sampling", Counting)
     return seen
 
 

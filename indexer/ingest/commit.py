@@ -50,6 +50,7 @@ def record(path: str, p: Prepared, model_id: str, now: str) -> dict:
         "model_id": model_id,
         "ctime_ns": _identity(p)[0],
         "inode": _identity(p)[1],
+        "kind": p.kind,
     }
 
 

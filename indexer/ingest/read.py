@@ -17,11 +17,12 @@ import os
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare, read_error
+from wherein.indexer.imaging import JPEG_DRAFT, Prepared, read_error
 from wherein.indexer.ingest.walk import FoundFile
-from wherein.indexer.media import PHOTO, VIDEO, kind_by_content, kind_by_name
-from wherein.indexer.photometa import PhotoMeta, photo_meta_from_bytes
-from wherein.indexer.video import VideoError, probe
+from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
+from wherein.indexer.kinds.registry import kind_by_name, kind_of
+from wherein.indexer.photometa import PhotoMeta
+from wherein.indexer.video.probe import VideoError
 from wherein.schemas.models import ImageInput
 
 _BLOCK = 1 << 20  # a video is hashed in blocks: never whole in memory
@@ -91,17 +92,18 @@ def _not_read(found: FoundFile, exc: OSError | _Changed) -> Prepared | Unsettled
     return Prepared(size=found.size, mtime_ns=found.mtime_ns, error=read_error(exc))
 
 
-def load_video(found: FoundFile) -> Prepared | Unsettled:
-    """Hash and probe one video (runs in a decode thread). Its frames are not decoded here:
-    they are sampled in chunks once its row is committed (ingest/videos.py)."""
+def load_timed(found: FoundFile, kind: MediaKind) -> Prepared | Unsettled:
+    """Hash and probe one file of a timed kind (a video; runs in a decode thread). Its frames
+    are not decoded here: they are sampled in chunks once its row is committed
+    (ingest/videos.py)."""
     try:
         sha256, size, mtime_ns, identity = hash_whole(found.path)
     except (OSError, _Changed) as exc:
         return _not_read(found, exc)
-    res = Prepared(size=size, mtime_ns=mtime_ns, sha256=sha256)
+    res = Prepared(size=size, mtime_ns=mtime_ns, sha256=sha256, kind=kind.name)
     res.ctime_ns, res.inode = identity
     try:
-        info = probe(found.path)
+        info = kind.probe(found.path)
     except VideoError as exc:
         res.error = str(exc)
         return res
@@ -113,20 +115,22 @@ def load_video(found: FoundFile) -> Prepared | Unsettled:
 
 
 def load_file(found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT) -> Prepared | Unsettled:
-    """Read, hash, decode and preprocess one walked file (runs in a decode thread); a video
-    (by content: indexer/media.py) is hashed and probed only."""
-    if kind_by_name(found.path) is not PHOTO:
-        return load_video(found)
+    """Read, hash, decode and preprocess one walked file (runs in a decode thread). Its kind
+    is its content's (indexer/kinds): a file of a timed kind (a video) is hashed and probed
+    only, and is never read whole."""
+    hint = kind_by_name(found.path)
+    if hint is None or hint.timed:
+        kind = kind_of(found.path)
+        if kind.timed:
+            return load_timed(found, kind)
     try:
         data, mtime_ns, identity = read_whole(found.path)
     except (OSError, _Changed) as exc:
         return _not_read(found, exc)
-    if kind_by_content(found.path, data[:64]) is VIDEO:  # a clip under a photo's name
+    kind = kind_of(found.path, data[:HEAD_BYTES])
+    if kind.timed:  # a clip or an animation under a photo's name
         del data
-        return load_video(found)
-    prepared = prepare(data, spec, draft, mtime_ns)
-    if not prepared.error:
-        # From the bytes in hand: the metadata pass after the run never reopens this file.
-        prepared.photo = photo_meta_from_bytes(data)
+        return load_timed(found, kind)
+    prepared = kind.prepare(data, spec, draft, mtime_ns)
     prepared.ctime_ns, prepared.inode = identity
     return prepared

@@ -25,6 +25,7 @@ from wherein.indexer.ingest.plan import Kind, Known, Plan, SkipEntry, Work, plan
 from wherein.indexer.ingest.read import Unsettled, load_file
 from wherein.indexer.ingest.videos import FrameChunk, FrameFeed, FrameSettings, VideoJob
 from wherein.indexer.ingest.walk import WalkProblem, under_any, walk
+from wherein.indexer.kinds.registry import named
 from wherein.indexer.models.registry import ImageEmbedder
 from wherein.indexer.photometa import fill_photos
 from wherein.indexer.store.catalog import Catalog
@@ -179,7 +180,7 @@ class _Run:
         resume = d.kind is Kind.RESUME or (d.kind is Kind.MOVE and d.row in self.unfinished)
         if d.kind is not Kind.EMBED and not resume:
             return None
-        job = VideoJob(work.found.path, read.size, read.mtime_ns)
+        job = VideoJob(work.found.path, read.size, read.mtime_ns, named(read.kind))
         if resume:
             job.image_id = d.named_row
             job.have = self.indexer.store.catalog.frame_times(d.named_row)

@@ -23,8 +23,9 @@ import numpy as np
 
 from wherein.indexer.imaging import model_input
 from wherein.indexer.ingest.pipeline import Step
-from wherein.indexer.video import Frame, VideoError
-from wherein.indexer.video.sample import EVERY, MAX_FRAMES, Sampling
+from wherein.indexer.kinds.base import FrameSource, MediaKind
+from wherein.indexer.video.probe import VideoError
+from wherein.indexer.video.sample import EVERY, MAX_FRAMES, Frame
 from wherein.schemas.models import ImageInput
 
 CHUNK = 16  # frames per decode task: ~10 MB of 224-px model input
@@ -45,16 +46,18 @@ class FrameSettings:
 
 @dataclass
 class VideoJob:
-    """One video being sampled: its file (row id set once committed) and the frame times
-    already stored (a resumed video)."""
+    """One file of a timed kind (a video) being sampled: its file (row id set once
+    committed), its kind (which samples it) and the frame times already stored (a resumed
+    one)."""
 
     path: str
     size: int
     mtime_ns: int
+    kind: MediaKind
     image_id: int | None = None
     have: set[float] = field(default_factory=set)
     frames: Iterator[Frame] | None = None
-    sampling: Sampling | None = None
+    sampling: FrameSource | None = None
     embedded: int = 0  # frames this run
 
 
@@ -95,8 +98,9 @@ def _next_chunk(job: VideoJob, spec: ImageInput, size: int) -> tuple[FrameChunk,
 
 
 def begin(job: VideoJob, settings: FrameSettings) -> None:
-    """Start sampling job's video as settings say (its frames are decoded as they are read)."""
-    job.sampling = Sampling(job.path, every=settings.every, max_frames=settings.max_frames)
+    """Start sampling job's file as its kind and settings say (its frames are decoded as they
+    are read)."""
+    job.sampling = job.kind.sample(job.path, settings.every, settings.max_frames)
     job.frames = iter(job.sampling)
 
 

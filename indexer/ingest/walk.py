@@ -1,4 +1,4 @@
-"""Find the photo and video files under the paths a user gives (indexer/media.py says which)."""
+"""Find the media files under the paths a user gives (indexer/kinds says which)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from wherein.indexer.media import KINDS, READS, MediaKind, found_kind
+from wherein.indexer.kinds.registry import found_kind, reads
 
-NOT_INDEXABLE = f"not a folder or an image file (wherein reads {READS})"
+NOT_INDEXABLE = f"not a folder or an image file (wherein reads {reads()})"
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,9 @@ def walk(
     roots: Sequence[str | Path],
     include_hidden: bool = False,
     problems: list[WalkProblem] | None = None,
-    kinds: tuple[MediaKind, ...] = KINDS,
+    kinds: tuple[str, ...] | None = None,
 ) -> Iterator[FoundFile]:
-    """Yield media files (of these kinds) under roots, recursively, in a stable order.
+    """Yield media files (of these kinds' names; None: every kind) under roots, recursively, in a stable order.
 
     Hidden files and folders are skipped unless include_hidden. Symlinked folders
     are followed once: each real folder is entered at most once, so link loops end.

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from wherein.indexer.ingest.walk import under_any
-from wherein.indexer.media import is_media_path
+from wherein.indexer.kinds.registry import is_media_path
 
 if TYPE_CHECKING:
     from wherein.indexer.ingest.run import Indexer, RunStats

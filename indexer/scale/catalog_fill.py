@@ -147,9 +147,10 @@ class _Filler:
         if photos:
             cat.insert_images([self._record(cols, j, when) for j in photos], vecs[photos])
         if videos:
+            media = cols.get("media") or [None] * n  # shards from before: videos
             cat.insert_videos(
-                [self._record(cols, j, when) for j in videos],
-                [{k: cols[k][j] for k in S.VIDEO_FIELDS} for j in videos],
+                [{**self._record(cols, j, when), "kind": media[j] or "video"} for j in videos],
+                [{k: cols[k][j] for k in S.VIDEO_FIELDS if k in cols} for j in videos],
             )
         frames = [j for j in range(n) if kinds[j] == "frame"]
         kept = [j for j in frames if self.videos[cols["file_id"][j]]]

@@ -19,6 +19,7 @@ from wherein.indexer.imaging import JPEG_DRAFT, Prepared
 from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers, run_pipeline
 from wherein.indexer.ingest.videos import FrameChunk, FrameFeed, FrameSettings, VideoJob
 from wherein.indexer.ingest.walk import WalkProblem
+from wherein.indexer.kinds.registry import named
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import entry_for
 from wherein.indexer.paths import make_folder
@@ -184,7 +185,7 @@ def frame_rows(
     assert res.video is not None
     v = res.video
     video = {"duration": v.duration, "fps": v.fps, "codec": v.codec, "rotation": v.rotation,
-             "frames": len(times), "damage": damage}  # fmt: skip
+             "frames": len(times), "damage": damage, "media": res.kind}  # fmt: skip
     base = row_of(item_id, uri, res, None)
     return [
         {**base, "embedding": vec, "kind": "frame", "t": t, "video": video}
@@ -202,7 +203,7 @@ class _LocalRun:
 
     def route(self, t: tuple, res: Prepared) -> Step:
         if res.video is not None and not res.error:
-            job = VideoJob(t[2], res.size, res.mtime_ns)
+            job = VideoJob(t[2], res.size, res.mtime_ns, named(res.kind))
             self.videos[id(job)] = (t, res, [], [])
             self.feed.start(job)
             return Step(None)  # nothing to write until its frames are in

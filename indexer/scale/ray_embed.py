@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer.ingest.videos import FrameSettings, VideoJob, chunks
+from wherein.indexer.kinds.registry import named
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import entry_for
 from wherein.indexer.scale import records
@@ -86,10 +87,10 @@ def decode_batch(batch: dict, draft: bool, spec: ImageInput, frames: FrameSettin
         if res.video is None or res.error:
             _put(out, batch, j, res, res.pixels, {"kind": "image"})
             continue
-        job = VideoJob(uri, res.size, res.mtime_ns)
+        job = VideoJob(uri, res.size, res.mtime_ns, named(res.kind))
         v = res.video
         item = {"kind": "frame", "duration": v.duration, "fps": v.fps, "codec": v.codec,
-                "rotation": v.rotation, "frames": -1}  # fmt: skip
+                "rotation": v.rotation, "frames": -1, "media": res.kind}  # fmt: skip
         held: tuple[list[float], list] = ([], [])  # the latest frames, out once more follow
         for chunk, pixels in chunks(job, spec, frames):
             if chunk.error is not None:  # not one frame: the item fails, as a broken photo

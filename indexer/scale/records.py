@@ -1,28 +1,29 @@
 """Read one shard item and prepare it exactly as `wherein index` does (imaging.prepare).
 
-A local video (by name or by content, indexer/media.py) is hashed and probed as the index
-run's loader does (ingest/read.load_video); its frames are sampled afterwards, by the engine.
+A local file of a timed kind (a video; its kind by content, indexer/kinds) is hashed and
+probed as the index run's loader does (ingest/read.load_timed); its frames are sampled
+afterwards, by the engine. An item read from an offset or a remote store is a photo.
 """
 
 from __future__ import annotations
 
 import os
 
-from wherein.indexer.imaging import JPEG_DRAFT, Prepared, prepare, read_error
-from wherein.indexer.ingest.read import Unsettled, load_video
+from wherein.indexer.imaging import JPEG_DRAFT, Prepared, read_error
+from wherein.indexer.ingest.read import Unsettled, load_timed
 from wherein.indexer.ingest.walk import FoundFile
-from wherein.indexer.media import PHOTO, VIDEO, kind_by_content, kind_by_name
-from wherein.indexer.photometa import photo_meta_from_bytes
+from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
+from wherein.indexer.kinds.registry import kind_by_name, kind_of, named
 from wherein.indexer.scale.sources import local_path, read_item
 from wherein.schemas.models import ImageInput
 
 
-def _video(path: str) -> Prepared:
+def _timed(path: str, kind: MediaKind) -> Prepared:
     try:
         st = os.stat(path)
     except OSError as exc:
         return Prepared(error=read_error(exc))
-    res = load_video(FoundFile(path, st.st_size, st.st_mtime_ns))
+    res = load_timed(FoundFile(path, st.st_size, st.st_mtime_ns), kind)
     if isinstance(res, Unsettled):  # no later run sees it again: the item fails, with why
         return Prepared(size=st.st_size, mtime_ns=st.st_mtime_ns, error=res.reason)
     return res
@@ -31,19 +32,22 @@ def _video(path: str) -> Prepared:
 def load(
     uri: str, spec: ImageInput, offset: int = -1, length: int = -1, draft: bool = JPEG_DRAFT
 ) -> Prepared:
-    """A photo decoded and preprocessed; a video probed (res.video set, its frames not read)."""
+    """A photo decoded and preprocessed; a timed file probed (res.video set, its frames not
+    read)."""
     path = local_path(uri) if offset < 0 else None
-    if path is not None and kind_by_name(path) not in (PHOTO, None):
-        return _video(path)
+    if path is not None and ((hint := kind_by_name(path)) is None or hint.timed):
+        kind = kind_of(path)
+        if kind.timed:
+            return _timed(path, kind)
     try:
         data, mtime_ns = read_item(uri, offset, length)
     except OSError as exc:
         return Prepared(error=read_error(exc))
     except Exception as exc:  # remote filesystems raise their own types
         return Prepared(error=f"cannot read: {type(exc).__name__}: {exc}")
-    if path is not None and kind_by_content(path, data[:64]) is VIDEO:  # a clip named as a photo
-        return _video(path)
-    res = prepare(data, spec, draft, mtime_ns)
-    if not res.error:  # the photos table's EXIF, from the bytes already read (as `wherein index`)
-        res.photo = photo_meta_from_bytes(data)
-    return res
+    if path is None:  # only a local file can be timed (its frames are decoded from the file)
+        return named("photo").prepare(data, spec, draft, mtime_ns)
+    kind = kind_of(path, data[:HEAD_BYTES])
+    if kind.timed:  # a clip or an animation named as a photo
+        return _timed(path, kind)
+    return kind.prepare(data, spec, draft, mtime_ns)

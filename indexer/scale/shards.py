@@ -114,14 +114,16 @@ def shard_schema(dim: int):
 
 # An item's kind and time, and its video's videos row (store/videos.py), repeated on each
 # frame's row (parquet's dictionary encoding stores them once a page); null for a photo.
-# Shards written before videos were carried lack these columns: every row is a photo.
-VIDEO_FIELDS = ("duration", "fps", "codec", "rotation", "frames", "damage")
+# Shards written before videos were carried lack these columns: every row is a photo. media:
+# the file's kind (indexer/kinds; shards written before it was carried: a video).
+VIDEO_FIELDS = ("duration", "fps", "codec", "rotation", "frames", "damage", "media")
 
 
 def _video_types() -> dict:
     import pyarrow as pa
 
-    kinds = {"codec": pa.string, "damage": pa.string, "rotation": pa.int32, "frames": pa.int32}
+    kinds = {"codec": pa.string, "damage": pa.string, "media": pa.string, "rotation": pa.int32,
+             "frames": pa.int32}  # fmt: skip
     return {name: kinds.get(name, pa.float64) for name in VIDEO_FIELDS}
 
 

@@ -15,14 +15,17 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from wherein.indexer.ingest.walk import WalkProblem, walk
-from wherein.indexer.media import KINDS, PHOTO, MediaKind, kind_by_name
+from wherein.indexer.kinds.registry import kinds
 from wherein.schemas.errors import WhereinError
 
 TAR_SEP = "#"  # "/data/shard-0001.tar#000123.jpg"
 LIST_COLUMNS = ("uri", "url", "path", "file", "filename")
-# Folders give photos and videos (a video's sampled frames are rows of the shards); tar
-# members are photos only: PyAV decodes a video from a local file, not from an offset.
-TAR_KINDS: tuple[MediaKind, ...] = (PHOTO,)
+# Folders give files of every kind (a timed file's sampled frames are rows of the shards);
+# tar members are of untimed kinds only: frames are decoded from a local file, not an offset.
+
+
+def _untimed_name(name: str) -> bool:
+    return any(not k.timed and k.has_name(name) for k in kinds())
 
 
 class SourceError(WhereinError):
@@ -51,7 +54,7 @@ def list_items(sources: list[str], problems: list[WalkProblem] | None = None) ->
     for src in sources:
         path = local_path(src)
         if path is not None and os.path.isdir(path):
-            items.update(Item(f.path) for f in walk([path], problems=problems, kinds=KINDS))
+            items.update(Item(f.path) for f in walk([path], problems=problems))
         elif path is not None and _is_tar(path):
             items.update(tar_items(path))
         elif src.endswith((".txt", ".lst")) or src.endswith(".parquet"):
@@ -75,7 +78,7 @@ def tar_items(path: str) -> list[Item]:
             return [
                 Item(f"{path}{TAR_SEP}{m.name}", m.offset_data, m.size)
                 for m in tf
-                if m.isfile() and kind_by_name(m.name) in TAR_KINDS
+                if m.isfile() and _untimed_name(m.name)
             ]
     except (tarfile.TarError, OSError) as exc:
         raise SourceError(

@@ -95,6 +95,7 @@ class CatalogBase:
     _identity: str  # the SELECT of ctime_ns and inode (NULLs where an older catalog lacks them)
     # Why a write is refused beyond being read-only: a newer wherein's catalog (read as it is)
     too_new: IndexError_ | None = None
+    _kind: str  # the SELECT of a file's kind (i.kind; derived where an older catalog lacks it)
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -124,7 +125,13 @@ class CatalogBase:
             args += [base, base + sep, base + bytes([sep[0] + 1])]
         return " WHERE (" + " OR ".join(conds) + ")", args  # parenthesised: callers add AND
 
+    def _select_files(self) -> str:
+        """SELECT of the images row (_IMAGE_COLUMNS, then the file's kind) FROM images i."""
+        return f"SELECT {', '.join('i.' + c for c in _IMAGE_COLUMNS)}, {self._kind} FROM images i"
+
     def _row(self, row: Sequence) -> dict:
-        out = dict(zip(_IMAGE_COLUMNS, row))
+        """A _select_files row as a dict (id, path, ..., model_id, and file_kind: the media
+        kind's name, indexer/kinds)."""
+        out = dict(zip((*_IMAGE_COLUMNS, "file_kind"), row))
         out["path"] = _path(out["path"])
         return out

@@ -101,6 +101,19 @@ _ITEMS_VIEWS = (
 )
 
 
+def _kind_column(db: sqlite_utils.Database) -> str:
+    """A file's kind as a SELECT of images i: the column, or (a read-only catalog from before
+    kinds) what m007 would write."""
+    if migrations.has_file_kinds(db):
+        return "i.kind"
+    if migrations.has_videos(db):
+        return (
+            "CASE WHEN EXISTS (SELECT 1 FROM videos v WHERE v.image_id = i.id) "
+            "THEN 'video' ELSE 'photo' END"
+        )
+    return "'photo'"
+
+
 class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks):
     def __init__(self, path: Path, readonly: bool = False, verify: bool = False) -> None:
         """verify: check every page (PRAGMA quick_check) before anything is written, so a
@@ -142,6 +155,7 @@ class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks):
             self._identity = (
                 "i.ctime_ns, i.inode" if migrations.has_file_identity(self._db) else "NULL, NULL"
             )
+            self._kind = _kind_column(self._db)
             if readonly and not migrations.has_items(self._db):
                 for view in _ITEMS_VIEWS:
                     conn.execute(view)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from wherein.indexer.store.base import _CHUNK, _SELECT_IMAGES, _chunks, _key, _marks, _path
+from wherein.indexer.store.base import _CHUNK, _chunks, _key, _marks, _path
 from wherein.indexer.store.vector_rows import VectorFileRows
 
 
@@ -71,18 +71,19 @@ class FilesTable(VectorFileRows):
         return [(int(i), _path(p)) for i, p in rows]
 
     def rows_by_ids(self, ids: Iterable[int]) -> dict[int, dict]:
-        """id -> the image's row (id, path, size, mtime_ns, sha256, width, height, format,
-        indexed_at, model_id); ids not in the catalog are left out."""
+        """id -> the file's row (id, path, size, mtime_ns, sha256, width, height, format,
+        indexed_at, model_id, file_kind); ids not in the catalog are left out."""
         out: dict[int, dict] = {}
         for chunk in _chunks(ids):
-            for row in self._conn.execute(f"{_SELECT_IMAGES} WHERE id IN ({_marks(chunk)})", chunk):
+            sql = f"{self._select_files()} WHERE i.id IN ({_marks(chunk)})"
+            for row in self._conn.execute(sql, chunk):
                 out[row[0]] = self._row(row)
         return out
 
     def row_by_path(self, path: str) -> dict | None:
         """The row of the image at this exact path (as rows_by_ids gives it), or None."""
         row = self._conn.execute(
-            f"{_SELECT_IMAGES} WHERE path = {self._p}", (_key(path),)
+            f"{self._select_files()} WHERE i.path = {self._p}", (_key(path),)
         ).fetchone()
         return self._row(row) if row else None
 

@@ -32,10 +32,17 @@ class ItemsTable(FilesTable):
             0
         ]
 
-    def embedded_ids(self, kind: str | None = None) -> np.ndarray:
+    def embedded_ids(self, kind: str | None = None, file_kind: str | None = None) -> np.ndarray:
         """Ids of the items with a vector, ascending (what FAISS must hold); with kind
-        ('image', 'frame'), only the items of that kind."""
-        if kind is None:
+        ('image', 'frame'), only the items of that kind; with file_kind (a media kind's
+        name, indexer/kinds), only the items of files of that kind."""
+        if file_kind is not None:
+            rows = self._conn.execute(
+                "SELECT e.item_id FROM embeddings e JOIN items it ON it.id = e.item_id "
+                f"JOIN images i ON i.id = it.image_id WHERE {self._kind} = ? ORDER BY e.item_id",
+                (file_kind,),
+            ).fetchall()
+        elif kind is None:
             rows = self._conn.execute("SELECT item_id FROM embeddings ORDER BY item_id").fetchall()
         else:
             rows = self._conn.execute(
@@ -134,7 +141,8 @@ class ItemsTable(FilesTable):
         | None = None,
     ) -> int:
         """A new file row (record: path, size, mtime_ns, sha256, width, height, format,
-        indexed_at, model_id, and optionally ctime_ns, inode), its one 'image' item and that
+        indexed_at, model_id, and optionally ctime_ns, inode and kind: the file's media kind,
+        'photo' when not given), its one 'image' item and that
         item's embedding (vector; None: not embedded yet); clears a skip of that path.
         Returns the id (the file's and its first item's). items, when given, are what the
         file yields instead of the one whole image: (kind, t, box or None, vector) each, ids
@@ -143,9 +151,16 @@ class ItemsTable(FilesTable):
         image_id = self.next_image_id()
         self._conn.execute(
             "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
-            "indexed_at, model_id, ctime_ns, inode) VALUES (:id, :key, :size, :mtime_ns, "
-            ":sha256, :width, :height, :format, :indexed_at, :model_id, :ctime_ns, :inode)",
-            {"ctime_ns": None, "inode": None, **record, "key": key, "id": image_id},
+            "indexed_at, model_id, ctime_ns, inode, kind) VALUES (:id, :key, :size, :mtime_ns, "
+            ":sha256, :width, :height, :format, :indexed_at, :model_id, :ctime_ns, :inode, :kind)",
+            {
+                "ctime_ns": None,
+                "inode": None,
+                "kind": "photo",
+                **record,
+                "key": key,
+                "id": image_id,
+            },
         )
         located = list(items) if items is not None else [("image", None, None, vector)]
         for n, (kind, t, box, vec) in enumerate(located):
@@ -185,14 +200,14 @@ class ItemsTable(FilesTable):
         )
         self._put_vectors([int(r[0]) for r in rows], vectors)
 
-    def _insert_file_rows(self, records: Sequence[dict]) -> None:
+    def _insert_file_rows(self, records: Sequence[dict], default_kind: str = "photo") -> None:
         """File rows with the ids given (``id`` in each record), no items: bulk inserts'
-        first step, for photos and videos alike."""
+        first step, for photos and videos alike (a record's ``kind``, else default_kind)."""
         self._conn.executemany(
             "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
-            "indexed_at, model_id) VALUES (:id, :key, :size, :mtime_ns, :sha256, :width, "
-            ":height, :format, :indexed_at, :model_id)",
-            ({**r, "key": _key(r["path"])} for r in records),
+            "indexed_at, model_id, kind) VALUES (:id, :key, :size, :mtime_ns, :sha256, :width, "
+            ":height, :format, :indexed_at, :model_id, :kind)",
+            ({"kind": default_kind, **r, "key": _key(r["path"])} for r in records),
         )
 
     def _put_vectors(self, ids: list[int], vectors: np.ndarray) -> None:

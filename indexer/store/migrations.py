@@ -247,7 +247,17 @@ def m006_videos(db: sqlite_utils.Database) -> None:
     _set_version(db, 6)
 
 
-SCHEMA_VERSION = 6  # the number of the last step above
+@MIGRATIONS()
+def m007_file_kinds(db: sqlite_utils.Database) -> None:
+    """images.kind: each file's media kind (indexer/kinds names them). A file with a videos
+    row is a video, every other one a photo: what the code before kinds took them for.
+    Nothing is re-embedded."""
+    db.execute("ALTER TABLE images ADD COLUMN kind TEXT NOT NULL DEFAULT 'photo'")
+    db.execute("UPDATE images SET kind = 'video' WHERE id IN (SELECT image_id FROM videos)")
+    _set_version(db, 7)
+
+
+SCHEMA_VERSION = 7  # the number of the last step above
 
 
 def stamped_version(conn: sqlite3.Connection) -> int:
@@ -272,6 +282,11 @@ def has_items(db: sqlite_utils.Database) -> bool:
 def has_videos(db: sqlite_utils.Database) -> bool:
     """Whether the videos table exists (m006 applied): a read-only older catalog has none."""
     return m006_videos.__name__ not in pending(db)
+
+
+def has_file_kinds(db: sqlite_utils.Database) -> bool:
+    """Whether images has the kind column (m007 applied)."""
+    return m007_file_kinds.__name__ not in pending(db)
 
 
 def paths_are_bytes(db: sqlite_utils.Database) -> bool:

@@ -38,7 +38,7 @@ class VideosTable(ItemsTable):
     def insert_video(self, record: dict, video: dict) -> int:
         """A video's file row (record as insert_image takes it) with no frames yet, and its
         videos row (duration, fps, codec, rotation) marked incomplete. Returns its id."""
-        image_id = self.insert_image(record, None, items=[])
+        image_id = self.insert_image({"kind": "video", **record}, None, items=[])
         self._conn.execute(
             "INSERT INTO videos(image_id, duration, fps, codec, rotation, frames, complete) "
             "VALUES (?, ?, ?, ?, ?, 0, 0)",
@@ -50,7 +50,7 @@ class VideosTable(ItemsTable):
         """Videos' file rows with the ids given (records as insert_images takes them), with
         no items (insert_items adds their frames), and their videos rows, complete: each
         video's (duration, fps, codec, rotation, frames, damage) as sampled to its end."""
-        self._insert_file_rows(records)
+        self._insert_file_rows(records, default_kind="video")
         self._conn.executemany(
             "INSERT INTO videos(image_id, duration, fps, codec, rotation, frames, complete, "
             "damage) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",

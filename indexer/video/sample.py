@@ -86,7 +86,7 @@ class Sampling:
         stream.thread_type = "AUTO"
         start = float(stream.start_time * time_base(stream)) if stream.start_time else 0.0
         fps = float(stream.average_rate or stream.guessed_rate or 30)
-        schedule = _Schedule(every, grid, self.max_frames)
+        schedule = Schedule(every, grid, self.max_frames)
         t, last_sig = 0.0, None
         try:
             for frame in self._decoded(container, stream):
@@ -100,7 +100,7 @@ class Sampling:
                 self.decoded += 1
                 t = frame.time - start
                 sig = _signature(frame)
-                scene = last_sig is not None and _diff(sig, last_sig) > self.scene_cut
+                scene = last_sig is not None and scene_diff(sig, last_sig) > self.scene_cut
                 last_sig = sig
                 for when, picked, reason in schedule.offer(t, frame, scene):
                     yield Frame(when, self._pixels(picked), reason)
@@ -131,8 +131,9 @@ class Sampling:
         return _rgb(frame, max(1, round(w * scale)), max(1, round(h * scale)))
 
 
-class _Schedule:
-    """Which decoded frames become samples, told one frame at a time.
+class Schedule:
+    """Which decoded frames become samples, told one frame at a time (every timed kind's
+    sampler: the same rules for a video's frames and an animation's).
 
     Without a grid a sample is due `every` seconds after the last one; on a long video's
     grid, at slot k * grid. The sample for a due time is the latest frame not after it: that
@@ -253,5 +254,12 @@ def _signature(frame: VideoFrame) -> np.ndarray:
     return small.to_ndarray().astype(np.int16)
 
 
-def _diff(a: np.ndarray, b: np.ndarray) -> float:
+def image_signature(image: Image.Image) -> np.ndarray:
+    """What scene_diff compares, of a decoded RGB image (an animation's frame)."""
+    small = image.convert("RGB").resize((_SIG, _SIG), Image.Resampling.BOX)
+    return np.asarray(small, dtype=np.int16)
+
+
+def scene_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """How far apart two frames' signatures are (0..1); above SCENE_CUT is a cut."""
     return float(np.abs(a - b).mean()) / 255.0

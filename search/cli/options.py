@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from wherein.indexer.kinds.registry import names as kind_names
 from wherein.indexer.paths import INDEX_ENV, MODELS_ENV
 from wherein.schemas.errors import (
     CatalogDamaged,
@@ -27,15 +28,14 @@ from wherein.schemas.errors import (
     is_damage,
     storage_error,
 )
-from wherein.schemas.records import HIT_KINDS
 from wherein.search.export import formats as export_formats  # light: no numpy/pyarrow
 from wherein.search.query import SORT_KEYS
 from wherein.search.service.engine import ENGINES, Engine
 from wherein.search.service.errors import only_with
 from wherein.search.service.export import check_destination, export_keep
 
-# What --kind chooses between: what a hit's kind says ("photo", "video").
-KINDS = tuple(dict.fromkeys(HIT_KINDS.values()))
+# What --kind chooses between: what a hit's kind says, a media kind ("photo", "video", ...).
+KINDS = kind_names()
 
 __all__ = [
     "FORMAT_HELP",
@@ -284,7 +284,7 @@ def kind_options(f: Callable) -> Callable:
         "--kind",
         type=click.Choice(KINDS),
         default=None,
-        help="Only photos, or only videos [default: both].",
+        help="Only files of this media kind [default: every kind].",
     )(f)
 
 

@@ -372,12 +372,15 @@ def vision_cache(model) -> VisionCache:
 
 
 def frame_image(path: str | Path, time: float) -> Image.Image:
-    """The frame a player shows at `time` seconds of a video, full size (rotation applied); a
-    DecodeError says why not (a time outside the video names its range)."""
-    from wherein.indexer.video import VideoError, frame_at  # PyAV: only when a video is masked
+    """The frame shown at `time` seconds of a timed file (a video: a player's, rotation
+    applied), full size, loaded by the file's kind; a DecodeError says why not (a time
+    outside the file names its range)."""
+    from wherein.indexer.imaging import Locator
+    from wherein.indexer.kinds.registry import kind_of
+    from wherein.indexer.video.probe import VideoError
 
     try:
-        return frame_at(path, time).image()
+        return kind_of(path).image_at(path, Locator("frame", t=time))
     except VideoError as exc:
         raise DecodeError(str(exc)) from None
 

@@ -124,15 +124,17 @@ def mask_image(
 
 
 def check_time(path: Path, time: float | None) -> None:
-    """A video needs the moment to mask; a photo has none."""
-    from wherein.indexer.video import is_video_file
+    """A file of a timed kind (a video, by content) needs the moment to mask; a photo has
+    none."""
+    from wherein.indexer.kinds.registry import kind_of
 
-    video = is_video_file(path)
-    if video and time is None:
+    kind = kind_of(path)
+    if kind.timed and time is None:
         raise UsageError(
-            f"{path} is a video: give --time SECONDS for the moment to mask (e.g. --time 12.5)"
+            f"{path} is a {kind.name}: give --time SECONDS for the moment to mask "
+            "(e.g. --time 12.5)"
         )
-    if not video and time is not None:
+    if not kind.timed and time is not None:
         raise UsageError(f"--time applies to a video, and {path} is not one")
     if time is not None and not math.isfinite(time):
         raise UsageError(f"--time {time}: not a number of seconds")

@@ -63,6 +63,7 @@ class IndexedFile:
     format: str | None
     indexed_at: str | None
     time: float | None = None  # a video's frame, in seconds (whole milliseconds); None: a photo
+    kind: str = "photo"  # the file's media kind (the catalog's; wherein.indexer.kinds)
 
     @property
     def key(self) -> str:
@@ -92,6 +93,7 @@ class IndexedFile:
             height=row.get("height"),
             format=row.get("format"),
             indexed_at=row.get("indexed_at"),
+            kind=row.get("file_kind") or "photo",
         )
 
 

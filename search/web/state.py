@@ -28,7 +28,7 @@ from wherein.search.service.search import Template
 from wherein.search.web import DEFAULT_PREFETCH_MASKS
 from wherein.search.web.files import BadRequest, IndexedFile, NotFound
 from wherein.search.web.masks import MaskService
-from wherein.search.web.videos import frame_image, is_video
+from wherein.search.web.videos import frame_image, is_timed
 
 THUMB_SIDE = 384  # grid tiles are ~200 CSS px: sharp on 2x screens
 PREVIEW_SIDE = 1600
@@ -108,7 +108,7 @@ class WebState:
         if row is None:
             raise NotFound(f"image {image_id}: not in this index")
         f = IndexedFile.from_row(row)
-        if is_video(f):
+        if is_timed(f):
             return f.at(time or 0.0)
         if time is not None:
             raise BadRequest(f"t: image {image_id} is a photo; only a video's frames have a time")

@@ -4,7 +4,9 @@ thumbnail, the paused frame under a mask).
 Like a photo, a video is addressed by catalog id and served only while its file is the
 indexed content (files.py); the check reads the file's descriptor, and what is served is
 read from that same descriptor, so a file swapped after the check never goes out. Only a
-catalog row that is a video serves here: a photo's id, or an id not in the index, is a 404.
+catalog row whose kind plays (a video, by content) serves here: a photo's id (whatever its
+extension), or an id not in the index, is a 404. A frame is of any timed kind, loaded by
+the kind (wherein.indexer.kinds).
 """
 
 from __future__ import annotations
@@ -39,12 +41,31 @@ def is_video_format(fmt: str | None) -> bool:
     return (fmt or "").lower().lstrip(".") in MEDIA_TYPES
 
 
+def _kind(f: IndexedFile):
+    from wherein.indexer.kinds.registry import named
+
+    return named(f.kind)
+
+
+def is_timed(f: IndexedFile) -> bool:
+    """Whether the file's items are frames at times (a video, an animation)."""
+    return _kind(f).timed
+
+
+def plays(kind: str | None) -> bool:
+    """Whether a browser plays a file of this kind itself (the kind says so, not the
+    file's extension)."""
+    from wherein.indexer.kinds.registry import named, names
+
+    return kind in names() and named(kind).plays
+
+
 def is_video(f: IndexedFile) -> bool:
-    return is_video_format(f.format)
+    return plays(f.kind)
 
 
 def media_type(f: IndexedFile) -> str:
-    return MEDIA_TYPES[(f.format or "").lower().lstrip(".")]
+    return MEDIA_TYPES.get((f.format or "").lower().lstrip("."), "application/octet-stream")
 
 
 def require_video(f: IndexedFile) -> IndexedFile:
@@ -104,16 +125,22 @@ def _read(stack: ExitStack, fd: int, first: int, last: int) -> Generator[bytes, 
 
 
 def frame_image(f: IndexedFile) -> Image.Image:
-    """The frame a player shows at f.time seconds, full size, read from the verified file."""
-    from wherein.indexer.video import VideoError, frame_at  # PyAV: only when a frame is asked
+    """The frame shown at f.time seconds, full size, read from the verified file by its kind."""
+    from wherein.indexer.imaging import DecodeError, Locator
+    from wherein.indexer.video import VideoError  # PyAV: only when a frame is asked
 
     t = f.time or 0.0
-    with opened_verified(require_video(f)) as fd:
+    if not is_timed(f):
+        raise NotFound(f"image {f.id}: not a video in this index")
+    with opened_verified(f) as fd:
         # The descriptor's own path (Linux, and /dev/fd elsewhere) opens the very file checked.
         via = next(
             (p for p in (f"/proc/self/fd/{fd}", f"/dev/fd/{fd}") if os.path.exists(p)), f.path
         )
         try:
-            return frame_at(via, t).image()
-        except VideoError as exc:  # the content is the indexed one: it is the time that is off
+            return _kind(f).image_at(via, Locator("frame", t=t))
+        except (
+            VideoError,
+            DecodeError,
+        ) as exc:  # the content is the indexed one: it is the time that is off
             raise BadRequest(f"t: image {f.id} has no frame at {t:g} s ({exc})") from None

@@ -61,7 +61,7 @@ def test_insert_then_read_back_by_path_id_and_vector(cat):
         "/p/b.png": (b, 101, 1001, f"{1:064x}", True, None, None),
     }
     row = cat.rows_by_ids([b, 999])
-    assert list(row) == [b] and row[b] == {**rec("/p/b.png", 1), "id": b}
+    assert list(row) == [b] and row[b] == {**rec("/p/b.png", 1), "id": b, "file_kind": "photo"}
     assert cat.row_by_path("/p/a.png")["id"] == a and cat.row_by_path("/p/zz.png") is None
     ids, vecs = cat.vectors_for([b, a, 999])
     assert sorted(ids.tolist()) == [a, b]
@@ -280,7 +280,7 @@ def test_a_file_yields_items_each_with_its_vector_and_locator(cat):
     (photo,) = add(cat, "/p/photo.png")
     with cat.transaction():
         video = cat.insert_image(
-            rec("/p/clip.mp4", 7),
+            {**rec("/p/clip.mp4", 7), "kind": "video"},  # the file's media kind
             None,
             items=[("frame", 0.0, None, vec(1)), ("frame", 2.5, None, vec(2))],
         )
@@ -308,7 +308,8 @@ def test_a_file_yields_items_each_with_its_vector_and_locator(cat):
         "time": None,
         "box": None,
     }
-    assert (hits[frames[1]]["kind"], hits[frames[1]]["time"]) == ("video", 2.5)  # HIT_KINDS
+    assert (hits[frames[1]]["kind"], hits[frames[1]]["time"]) == ("video", 2.5)  # its file's
+    assert (hits[region]["kind"], hits[region]["box"]) == ("photo", [10, 20, 110, 220])
     assert sorted(i for i, _ in cat.embedded_paths(["/p"])) == [photo, *frames, region]
     assert cat.known_files()["/p/clip.mp4"][4]  # embedded: its items have vectors
     with cat.transaction():

@@ -50,10 +50,22 @@ def _export_codecs(root: Path) -> list[str]:
     return sorted({f"wherein.search.export.{r.rsplit('.', 1)[0]}" for r in refs})
 
 
+def _media_kinds(root: Path) -> list[str]:
+    """indexer/kinds/registry.py imports each module of KIND_MODULES (name -> module)."""
+    tree = ast.parse((root / "indexer" / "kinds" / "registry.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "KIND_MODULES" for t in node.targets
+        ):
+            return sorted(ast.literal_eval(node.value).values())
+    raise AssertionError("indexer/kinds/registry.py: KIND_MODULES not found")
+
+
 # A file whose import_module takes a computed name -> the modules that name can be.
 DYNAMIC: dict[str, Callable[[Path], list[str]]] = {
     "search/cli/__init__.py": _cli_commands,
     "search/export/formats.py": _export_codecs,
+    "indexer/kinds/registry.py": _media_kinds,
 }
 
 
@@ -309,6 +321,8 @@ CLI_MAY_IMPORT_FROM_INDEXER: dict[str, dict[str, str]] = {
     "search/cli/options.py": {
         # --index and --models read the same environment variables the library resolves.
         "wherein.indexer.paths": "INDEX_ENV and MODELS_ENV, for the options' envvar",
+        # Names only (the kinds' modules are not imported): click needs them at decoration.
+        "wherein.indexer.kinds.registry": "the media kinds' names, for --kind's choices",
     },
 }
 

@@ -54,8 +54,13 @@ def test_open_gives_each_image_one_item_with_its_id_and_keeps_every_vector(v3):
     seq = raw(db, "SELECT seq FROM sqlite_sequence WHERE name = 'images'")[0][0]
     files_before = vector_files(v3)
     cat = Catalog(db)
-    assert cat.migrated == ["m004_file_identity", "m005_items", "m006_videos"]
-    assert cat.schema_version == 6
+    assert cat.migrated == [
+        "m004_file_identity",
+        "m005_items",
+        "m006_videos",
+        "m007_file_kinds",
+    ]
+    assert cat.schema_version == 7
     assert cat.count_items() == cat.count_images() == len(images) == 8
     cat.close()
     assert raw(db, "SELECT id, image_id, kind FROM items ORDER BY id") == [

@@ -37,16 +37,17 @@ FrameTime = Annotated[
 ]
 
 
-def urls(f_id: int, sha: str | None, time: float | None = None) -> dict[str, str]:
-    """A hit's or record's URLs; a video's (time: the moment shown, None: not a video) add
-    video_url, and its thumbnail and preview are of its frame at that time."""
+def urls(
+    f_id: int, sha: str | None, time: float | None = None, plays: bool = True
+) -> dict[str, str]:
+    """A hit's or record's URLs; a timed file's (time: the moment shown, None: a photo) are
+    of its frame at that time, and a video's (plays) add video_url."""
     v = f"v={sha[:16]}" if sha else ""
     if time is None:
         q = f"?{v}" if v else ""
         return {"thumb_url": f"/api/thumb/{f_id}{q}", "image_url": f"/api/image/{f_id}{q}"}
     at = "&".join(x for x in (f"t={round(time, 3)!r}", v) if x)
-    return {
-        "thumb_url": f"/api/thumb/{f_id}?{at}",
-        "image_url": f"/api/image/{f_id}?{at}",
-        "video_url": f"/api/video/{f_id}" + (f"?{v}" if v else ""),
-    }
+    out = {"thumb_url": f"/api/thumb/{f_id}?{at}", "image_url": f"/api/image/{f_id}?{at}"}
+    if plays:
+        out["video_url"] = f"/api/video/{f_id}" + (f"?{v}" if v else "")
+    return out

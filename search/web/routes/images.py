@@ -18,7 +18,7 @@ from wherein.search.web.routes.common import (
     urls,
 )
 from wherein.search.web.state import Web
-from wherein.search.web.videos import is_video
+from wherein.search.web.videos import is_timed, is_video
 
 router = APIRouter()
 
@@ -28,7 +28,7 @@ router = APIRouter()
 )
 def hit(state: Web, image_id: ImageId) -> JSONResponse:
     f = state.file(image_id)
-    video = is_video(f)
+    timed = is_timed(f)
     return JSONResponse(
         {
             "id": f.id,
@@ -42,8 +42,8 @@ def hit(state: Web, image_id: ImageId) -> JSONResponse:
             "sha256": f.sha256,
             "format": f.format,
             "exists": os.path.exists(f.path),
-            "kind": "video" if video else "photo",
-            **urls(f.id, f.sha256, 0.0 if video else None),
+            "kind": f.kind,
+            **urls(f.id, f.sha256, 0.0 if timed else None, plays=is_video(f)),
         }
     )
 

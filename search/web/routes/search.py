@@ -15,6 +15,7 @@ from wherein.search.web.files import BadRequest
 from wherein.search.web.responses import JSONResponse
 from wherein.search.web.routes.common import MAX_ID, json_schema_response, urls
 from wherein.search.web.state import Web, WebState
+from wherein.search.web.videos import plays
 
 MAX_PER_PAGE = 200
 PAGE_BLOCK = 200
@@ -45,7 +46,8 @@ def search(
         str | None, Query(max_length=100, description="LAT,LON[,KM] (GPS, default 10 km)")
     ] = None,
     kind: Annotated[
-        Literal["photo", "video"] | None, Query(description="Only photos, or only videos")
+        str | None,
+        Query(max_length=40, description="Only files of this media kind (photo, video, ...)"),
     ] = None,
     sort: Literal["score", "date", "taken", "path", "size"] = "score",
     page: Annotated[int, Query(ge=1)] = 1,
@@ -105,7 +107,10 @@ def search(
             "per_page": per_page,
             "has_more": len(hits) > end,
             "total": total,
-            "hits": [{**h.to_dict(), **urls(h.id, h.sha256, _moment(h))} for h in chunk],
+            "hits": [
+                {**h.to_dict(), **urls(h.id, h.sha256, _moment(h), plays=plays(h.kind))}
+                for h in chunk
+            ],
             "timings": timings,
             "warnings": warnings,
             "standin": state.searcher.models.is_standin,
@@ -114,8 +119,9 @@ def search(
 
 
 def _moment(h: Hit) -> float | None:
-    """The time a video hit is shown at (its best frame's); None for a photo."""
-    return h.time if h.kind == "video" and h.time is not None else None
+    """The time a hit of a timed file (a video) is shown at (its best frame's); None for a
+    photo."""
+    return h.time
 
 
 def _check_indexed(state: WebState, image_id: int) -> None:

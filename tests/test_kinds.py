@@ -1,0 +1,90 @@
+"""Media kinds (wherein.indexer.kinds): content decides what a file is, whatever its name.
+
+A JPEG renamed ``.mp4`` is a photo (indexed, found, shown as an image, never played as a
+video); a real video named ``.jpg`` stays a video; a HEIC stays a photo. Indexed with the
+stand-in models, which rank colours.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+from video_files import RED, solid, write_video
+
+from wherein.indexer.kinds import registry
+from wherein.indexer.store.index_store import IndexStore
+from wherein.search.cli import cli
+
+
+def run(*args, ok: bool = True):
+    result = CliRunner().invoke(cli, list(map(str, args)))
+    if ok:
+        assert result.exit_code == 0, result.output + repr(result.exception)
+    return result
+
+
+def search_json(*args) -> list[dict]:
+    return json.loads(run("search", *args, "--json").stdout)
+
+
+def red_jpeg(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (64, 48), RED).save(path, format="JPEG", quality=95)
+    return path
+
+
+def test_content_decides_the_kind_not_the_name(tmp_path):
+    jpeg = red_jpeg(tmp_path / "red.mp4")
+    clip = write_video(tmp_path / "clip.jpg", lambda t: solid(RED), seconds=1, fmt="mp4")
+    heic = tmp_path / "p.mp4"  # what an iPhone's HEIC starts with: ISO BMFF, an image brand
+    heic.write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + bytes(64))
+    assert registry.kind_of(jpeg).name == "photo"
+    assert registry.kind_of(clip).name == "video"
+    assert registry.kind_of(heic).name == "photo"
+    # No signature any kind knows: the name decides (a damaged .mp4 is a video's skip).
+    (tmp_path / "fake.mp4").write_text("not a video")
+    assert registry.kind_of(tmp_path / "fake.mp4").name == "video"
+
+
+def test_a_jpeg_named_mp4_is_indexed_and_found_as_a_photo(env, shapes):
+    red_jpeg(shapes / "renamed" / "red.mp4")
+    run("index", shapes, "-q")
+    hits = search_json("red", "-k", "3")
+    top = hits[0]
+    assert Path(top["path"]).name == "red.mp4"
+    assert (top["kind"], top["time"], top["moments"], top["duration"]) == (
+        "photo",
+        None,
+        None,
+        None,
+    )
+    with IndexStore.open(env["index"], write=False) as store:
+        cat = store.catalog
+        row = cat.row_by_path(top["path"])
+        assert row["file_kind"] == "photo" and cat.video_rows([row["id"]]) == {}
+    assert [h["path"] for h in search_json("red", "--kind", "video")] == []
+    assert top["path"] in [h["path"] for h in search_json("red", "--kind", "photo")]
+
+
+def test_a_jpeg_named_mp4_is_served_as_an_image_not_a_video(env, shapes):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from wherein.search.web.app import create_app
+
+    path = red_jpeg(shapes / "renamed" / "red.mp4")
+    run("index", shapes, "-q")
+    with IndexStore.open(env["index"], write=False) as store:
+        file_id = store.catalog.row_by_path(str(path))["id"]
+    app = create_app(env["index"], env["models"], prefetch_masks=0)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        r = client.get(f"/api/video/{file_id}")
+        assert r.status_code == 404, r.text
+        record = client.get(f"/api/hit/{file_id}").json()
+        assert record["kind"] == "photo" and "video_url" not in record
+        image = client.get(record["image_url"])
+        assert image.status_code == 200 and image.headers["content-type"].startswith("image/")
