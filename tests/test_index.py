@@ -428,6 +428,15 @@ def test_missing_root_fails_after_indexing_the_others(env, shapes, tmp_path):
     assert status_json()["images"] == 6
 
 
+def test_a_missing_root_alone_is_only_the_error(env, tmp_path):
+    # It printed a success-style summary first ("0 files: 0 embedded; ..."), then the error.
+    missing = tmp_path / "no" / "such" / "folder"
+    code, out = run_cli("index", str(missing))
+    assert code == 1
+    lines = [line for line in out.splitlines() if line and not line.startswith("Using STAND-IN")]
+    assert lines == [f"Error: cannot read {missing}: no such file or directory"]
+
+
 def test_a_path_that_is_not_a_folder_or_an_image_is_refused(env, shapes, tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("shopping list")

@@ -266,3 +266,19 @@ def test_demo_runs_on_standins_and_says_so(tmp_path, monkeypatch):
     again = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")])
     assert again.exit_code == 0, again.output
     assert "10 files: 0 embedded, 8 re-stamped (same bytes, new mtime), 2 skipped" in again.output
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_check_of_a_folder_without_models_says_so_once(tmp_path, made):
+    # It printed 10 FAIL rows repeating the same three lines, then one of them again on stderr.
+    empty = tmp_path / "models"
+    if made:
+        empty.mkdir()
+    r = CliRunner().invoke(cli, ["models", "check", str(empty)])
+    assert r.exit_code == 1
+    assert r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        f"Error: {empty}: no models here (run `wherein models pull`, or point --models / "
+        "WHEREIN_MODELS at a models directory)"
+    ]
+

@@ -189,7 +189,8 @@ def _report(result, fmt: str | None) -> None:
     else:
         if stats.invalidated:
             click.echo(f"model changed: {stats.invalidated} old vectors dropped and re-embedded")
-        click.echo(_summary(stats, total))
+        if stats.seen or not stats.bad_roots:  # nothing read at all: the error says it all
+            click.echo(_summary(stats, total))
         for p in stats.problems:
             if not p.root and not p.ignored:  # those are the lines below
                 click.echo(f"  could not read {p.path}: {p.reason}", err=True)

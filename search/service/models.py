@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wherein.schemas.errors import ModelError
 from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE, SIGLIP_TEXT
 from wherein.search.service.feedback import QUIET, Feedback
 
@@ -182,6 +183,12 @@ def check(
     from wherein.indexer.models.modeldir import ModelDir
 
     root = P.models_dir(models_dir)
+    if not root.is_dir() or not any(root.iterdir()):
+        # Every check would fail the same way: say it once.
+        raise ModelError(
+            f"{root}: no models here (run `wherein models pull`, or point --models / "
+            "WHEREIN_MODELS at a models directory)"
+        )
     feedback.models(ModelDir(root))
     rows, ok = check_models(root)
     result = CheckResult(root, rows, ok)
