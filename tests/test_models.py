@@ -281,4 +281,3 @@ def test_check_of_a_folder_without_models_says_so_once(tmp_path, made):
         f"Error: {empty}: no models here (run `wherein models pull`, or point --models / "
         "WHEREIN_MODELS at a models directory)"
     ]
-
