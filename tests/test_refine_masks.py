@@ -132,3 +132,13 @@ def test_a_hits_region_is_the_first_crop_and_finds_what_the_whole_pass_missed(
         [{**hit, "region": region}], "red", tmp_path / "b", standin_models
     )
     assert iou(read_mask(with_region["mask_path"]), truth) >= 0.6
+
+
+def test_wherein_mask_alone_slices_a_photo_the_whole_pass_found_nothing_in(env, tmp_path):
+    # The same 100-px square on a corner of four tokens: the whole pass sees nothing, so
+    # `wherein mask` looks at overlapping tiles of the photo, then refines what they found.
+    truth = photo_with_square(tmp_path / "tiny.jpg", 100, (1783, 1324))
+    out = json.loads(
+        run("mask", tmp_path / "tiny.jpg", "red", "--out", tmp_path / "m", "--json").stdout
+    )
+    assert iou(read_mask(out["masks"][0]["mask_path"]), truth) >= 0.6

@@ -464,10 +464,15 @@ def indexed_content(hit: Any) -> str | None:
 
 
 def hit_region(hit: Any) -> list[float] | None:
-    """The box of a hit's best region ([x0, y0, x1, y1] in the photo's pixels; a `--regions`
-    index's), None when the whole photo matched best or the hit has none."""
+    """The box of a hit's best region ([x0, y0, x1, y1] in the photo's pixels, from an index
+    with regions: the hit's `region`, else its matched item's `box`), None when the whole
+    photo matched best or the hit has none."""
+    if _hit_opt(hit, "kind") == "video":
+        return None
     region = _hit_opt(hit, "region")
-    return None if region is None or _hit_opt(hit, "kind") == "video" else list(region)
+    if region is None:
+        region = _hit_opt(hit, "box")
+    return None if region is None else list(region)
 
 
 def hit_time(hit: Any) -> float | None:

@@ -32,7 +32,13 @@ from wherein.search.export.labels import (
     frame_jpeg,
 )
 from wherein.search.localize.mask_shards import Item, MaskJob, Outcome, WorkFolder
-from wherein.search.localize.masking import frame_image, hit_values, mask_of, open_for_mask
+from wherein.search.localize.masking import (
+    frame_image,
+    hit_values,
+    image_loader,
+    mask_of,
+    open_for_mask,
+)
 
 # Seconds per stage, summed over images: what a run's time went to (bench_ray_masks).
 STAGES = ("decode", "vision", "decoder", "write")
@@ -56,7 +62,10 @@ def mask_item(
     t1 = time.perf_counter()
     features = rounded(model.image_features(image))  # as every mask path rounds it
     t2 = time.perf_counter()
-    res = mask_of(model, prompt, features, size, cond)
+    # Small regions segmented again on crops (refine.py), as a local `--mask` does; a frame
+    # is already decoded at full size.
+    crops = image_loader(item.path) if item.time is None else (lambda _draft: image)
+    res = mask_of(model, prompt, features, size, cond, image=crops)
     values = hit_values(res)
     labelled = LabelledImage(
         item.id,
