@@ -142,3 +142,20 @@ def test_wherein_mask_alone_slices_a_photo_the_whole_pass_found_nothing_in(env, 
         run("mask", tmp_path / "tiny.jpg", "red", "--out", tmp_path / "m", "--json").stdout
     )
     assert iou(read_mask(out["masks"][0]["mask_path"]), truth) >= 0.6
+
+
+def test_the_web_apps_mask_is_the_refined_one(standin_models, tmp_path):
+    import hashlib
+
+    from wherein.search.web.files import IndexedFile
+    from wherein.search.web.masks import MaskService
+
+    path = tmp_path / "small.jpg"
+    photo_with_square(path, 200, SQUARE_AT)
+    st = path.stat()
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    f = IndexedFile(1, str(path), st.st_size, st.st_mtime_ns, sha, None, None, "jpeg", None)
+    summary = MaskService(standin_models, tmp_path / "cache").get(f, "red").summary
+    x0, y0 = SQUARE_AT  # the overlay's box and the area are the refined mask's
+    assert np.allclose(summary["bbox"]["largest"], [x0, y0, x0 + 200, y0 + 200], atol=12)
+    assert summary["mask_area"] == pytest.approx(200 * 200 / (PHOTO[0] * PHOTO[1]), rel=0.2)
