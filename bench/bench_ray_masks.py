@@ -6,7 +6,7 @@ On N synthetic photos (3 MP JPEGs with coloured discs, indexed with the stand-in
 SigLIP), every photo is selected and masked with the prompt "red" into a COCO
 export, as `wherein select` does it:
 
-- local: `add_masks` (thread pool, mask PNG + overlay per photo) then `write_export`
+- local: `MaskSession.add_masks` (thread pool, mask PNG + overlay per photo) then `write_export`
   (reads the PNGs back into the COCO writer), in this process;
 - ray: `masks_at_scale.export_masks` (actors, shards in a work folder, merge), once
   starting Ray's local mode itself (what a CLI run pays) and once on a Ray already up
@@ -72,12 +72,12 @@ def coco_body(path: Path) -> dict:
 
 def run_local(hits, models: Path, out: Path) -> tuple[float, float, Path]:
     from wherein.search.export.hits import write_export
-    from wherein.search.service.search import add_masks
+    from wherein.search.service.mask import MaskSession
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     t, c = time.perf_counter(), time.process_time()
-    masked = add_masks(hits, PROMPT, out / "masks", models)
+    masked = MaskSession(models).add_masks(hits, PROMPT, out / "masks")
     dest = write_export(masked, out / "local.coco.json", None, prompt=PROMPT)
     return time.perf_counter() - t, time.process_time() - c, dest
 

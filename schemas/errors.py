@@ -24,6 +24,18 @@ class UsageError(WhereinError):
     exit_code = 2
 
 
+class NotFound(WhereinError):
+    """No such file in the index, or its file is gone (the web app: HTTP 404)."""
+
+
+class FileChanged(WhereinError):
+    """The file at the indexed path is no longer the indexed content (the web app: HTTP 409)."""
+
+
+class BadRequest(WhereinError):
+    """A value a front-end let through but the library refuses (the web app: HTTP 400)."""
+
+
 class ModelError(WhereinError):
     """A model file is missing or does not match its contract."""
 

@@ -57,7 +57,6 @@ __all__ = [
     "QueryVectors",
     "Searcher",
     "SORT_KEYS",
-    "add_masks",
     "open_index",
 ]
 
@@ -539,35 +538,6 @@ class Searcher:
 def _timed(hit: Hit) -> bool:
     """Whether the hit's file is of a timed kind (its frames fold into moments)."""
     return hit.kind in media.names() and media.named(hit.kind).timed
-
-
-def add_masks(
-    hits: list[Hit],
-    prompt: str,
-    out_dir: Path,
-    models_root: Path,
-    min_mask_area: float | None = None,
-    full_size_overlays: bool = False,
-    index_dir: str | Path | None = None,
-) -> list[Hit]:
-    """A CLIPSeg mask for every hit (see wherein.search.localize.masking).
-
-    index_dir: keep the hits' vision passes in that index's cache, so that another
-    prompt on them later, in any process, runs only the decoder (search/cache/vision_store.py).
-    """
-    from wherein.search.cache.vision_store import VisionStore
-    from wherein.search.localize.masking import add_masks_to_hits
-
-    store = VisionStore.in_index(Path(index_dir)) if index_dir is not None else None
-    return add_masks_to_hits(
-        hits,
-        prompt,
-        out_dir,
-        models_root,
-        min_mask_area,
-        full_size_overlays=full_size_overlays,
-        store=store,
-    )
 
 
 def _limit(k, min_probability, min_score) -> int | None:

@@ -327,7 +327,7 @@ def test_a_replaced_photo_never_serves_its_old_derivatives(own, same_size_and_ti
 def test_a_restarted_server_checks_the_content_of_what_an_earlier_one_cached(own, monkeypatch):
     from collections import OrderedDict
 
-    from wherein.search.web import files
+    from wherein.indexer import indexed as files
 
     green = own.ids["green.bmp"]
     path = own.photos / "green.bmp"

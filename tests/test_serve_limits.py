@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from wherein.schemas.errors import IndexError_
 from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes
 from wherein.search.cli import cli
+from wherein.search.service.mask import MaskSession as MaskService
 from wherein.search.web import schemas
 from wherein.search.web.app import create_app, host_name
-from wherein.search.web.masks import MaskService
 
 from conftest import draw_shape
 

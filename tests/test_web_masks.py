@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from wherein.indexer.indexed import IndexedFile
 from wherein.indexer.models.clipseg import ClipSeg
 from wherein.indexer.models.modeldir import ModelDir
-from wherein.search.web import masks as M
-from wherein.search.web.files import IndexedFile
-from wherein.search.web.masks import MaskService
+from wherein.search.service import mask as M
+from wherein.search.service.mask import MaskSession as MaskService
 
 from conftest import draw_shape
 

@@ -5,7 +5,7 @@ file that changes and is re-indexed gets a new entry (old ones are just unused);
 video's frame is <id>-<sha256[:16]>-t<ms>.jpg, one per moment shown.
 Entries are written to a temporary name and renamed, so a reader never sees a
 half-written JPEG. A kept entry is served only while the photo is still the indexed
-content (files.check_current: one stat); ``forget`` drops an image's entries. When the
+content (indexed.check_current: one stat); ``forget`` drops an image's entries. When the
 index folder is read-only, images are made per request and not kept.
 """
 
@@ -21,8 +21,9 @@ from pathlib import Path
 from PIL import Image
 
 from wherein.indexer.imaging import DecodeError, decode
+from wherein.indexer.indexed import IndexedFile, check_current, read_verified
 from wherein.indexer.store.atomic import write_atomic
-from wherein.search.web.files import FileChanged, IndexedFile, check_current, read_verified
+from wherein.schemas.errors import FileChanged
 
 LOCK_STRIPES = 64  # per-entry locks, shared by hash: a lock per image ever asked would grow
 

@@ -16,7 +16,8 @@ from wherein.search.cli.options import (
     raw_option,
     standin_banner,
 )
-from wherein.search.web import DEFAULT_PREFETCH_MASKS, bound_malloc
+from wherein.search.service import DEFAULT_PREFETCH_MASKS
+from wherein.search.web import bound_malloc
 
 DEFAULT_PORT = 8765
 
@@ -118,8 +119,9 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
     """
     import uvicorn
 
-    from wherein.search.service.search import MODEL_TEMPLATE
+    from wherein.search.service.serve import MODEL_TEMPLATE
     from wherein.search.web.app import create_app
+    from wherein.search.web.protocol import JSONErrorsH11
 
     bound_malloc()  # before any server thread exists
     ctx = click.get_current_context()
@@ -154,7 +156,14 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
         f"open http://{shown}:{port}  (Ctrl-C stops)",
         err=True,
     )
-    # fd: uvicorn serves the socket bound above (host/port only name it in its own logs).
+    # fd: uvicorn serves the socket bound above (host/port only name it in its own logs);
+    # http: its h11 protocol, with the 400s it sends itself in the app's JSON.
     uvicorn.run(
-        app, fd=sock.fileno(), host=host, port=port, log_level="warning", server_header=False
+        app,
+        fd=sock.fileno(),
+        host=host,
+        port=port,
+        log_level="warning",
+        server_header=False,
+        http=JSONErrorsH11,
     )

@@ -15,7 +15,7 @@ The writer is built to be sharded. Work happens in two steps:
    behind.
 
 ``write_labels`` runs both steps for images held in memory; ``images_from_hits``
-makes those images from hits that went through ``add_masks`` (it reads each
+makes those images from hits that went through ``MaskSession.add_masks`` (it reads each
 hit's mask PNG, so the labels are exactly the masks wherein wrote).
 
 The data types (Piece, Categories, ...) are in pieces.py, the codecs in coco.py,
@@ -276,7 +276,7 @@ def read_mask(path: str | Path) -> np.ndarray:
 def images_from_hits(
     hits: Iterable[Any], category: str | Callable[[Any], str]
 ) -> Iterable[LabelledImage]:
-    """One LabelledImage per hit that has a mask (hits went through add_masks); others are skipped.
+    """One LabelledImage per hit that has a mask (hits went through MaskSession.add_masks); others are skipped.
 
     category: the category name for every hit, or a function of the hit. A video hit's
     mask is of its best frame: that frame comes with it, as JPEG, named after the video

@@ -6,3 +6,6 @@ render results; each workflow module returns typed results with ``to_dict()`` th
 JSON schema in schemas/. One module per workflow; shared rules (the engine dispatch, the
 missing-extra error) live in one place here too.
 """
+
+# `wherein serve`'s default, here because that command's module must import light (no service).
+DEFAULT_PREFETCH_MASKS = 4  # masks made ahead after a search: about the first row of hits

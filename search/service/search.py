@@ -33,7 +33,6 @@ from wherein.search.searcher import (
     MODEL_TEMPLATE,
     Searcher,
     Template,
-    add_masks,
     open_index,
 )
 from wherein.search.selection import Selection
@@ -173,15 +172,13 @@ def models_used(searcher: Searcher) -> dict[str, Any]:
 
 
 def _masks(searcher: Searcher, hits: list[Hit], prompt: str, mask: MaskRequest) -> list[Hit]:
+    from wherein.search.cache.vision_store import VisionStore
+    from wherein.search.service.mask import MaskSession
+
     # The index's vision store: another prompt on these hits later runs only the decoder.
-    return add_masks(
-        hits,
-        prompt,
-        mask.out_dir,
-        searcher.models.root,
-        mask.min_area,
-        full_size_overlays=mask.full_size_overlays,
-        index_dir=searcher.store.dir,
+    session = MaskSession(searcher.models.root, store=VisionStore.in_index(searcher.store.dir))
+    return session.add_masks(
+        hits, prompt, mask.out_dir, mask.min_area, full_size_overlays=mask.full_size_overlays
     )
 
 

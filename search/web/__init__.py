@@ -1,15 +1,16 @@
 """`wherein serve`: a local web app (FastAPI) over an index: search, browse, see the masks.
 
+A front-end, as the CLI is: it parses requests and renders answers, and leaves the work
+to the service (search/service/serve.py's ServeSession: the index, the files' records,
+thumbnails, masks, videos). It imports only wherein.search.service, wherein.schemas and
+itself (tests/unit/test_layers.py keeps it so).
+
 app.py builds the FastAPI app; routes/ holds its JSON API, one APIRouter per concern,
-over the shared WebState of state.py; responses.py and hosts.py give every error one
-JSON body and refuse foreign Host headers. files.py reads an indexed image only while
-it is still the indexed content; masks.py keeps its results under INDEX/cache, beside
-search/cache's thumbnails (masks are made on runner.py's one thread, asked-for ones
-first); schemas.py ties the API to schemas/*.schema.json.
+reaching the session through state.py; responses.py and hosts.py give every error one
+JSON body and refuse foreign Host headers; ranges.py and videos.py answer HTTP byte
+ranges and validators; schemas.py ties the API to schemas/*.schema.json.
 """
 
-# Shared by the app and `wherein serve`, whose import must stay light (no FastAPI).
-DEFAULT_PREFETCH_MASKS = 4  # about the first row of hits a person sees
 MALLOC_ARENAS = 2  # glibc's default is 8 per core: each thread's freed heap stays in its arena
 MMAP_THRESHOLD = 1 << 20  # blocks this large (decoded photos, tensors) go back to the OS on free
 

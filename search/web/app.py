@@ -7,23 +7,24 @@ module per concern, and reach the shared state through state.py's ``Web`` parame
     from wherein.search.web.app import create_app
     app = create_app("~/.local/share/wherein/index")      # then: uvicorn.run(app, port=8765)
 
-API (all GET, all read-only apart from INDEX/cache; JSON bodies follow
+API (all GET, HEAD too, all read-only apart from INDEX/cache; JSON bodies follow
 schemas/api.*.schema.json and hit.schema.json, errors schemas/api.error.schema.json):
 
 - /api/status                      index counts, models, caches
 - /api/search?q=&like=&unlike=&min_probability=&under=&taken=&camera=&near=&sort=&page=&per_page=
-- /api/hit/{id}                    one indexed image's catalog record
+- /api/hit/{id}                    one indexed file's catalog record
 - /api/thumb/{id}, /api/image/{id} JPEG thumbnail / large preview (cached)
 - /api/mask/{id}?prompt=           CLIPSeg mask summary (bbox, area, score) + URLs
 - /api/mask/{id}/overlay|mask?prompt=  the overlay JPEG / binary mask PNG
-- /api/folders                     folders holding indexed images, for the folder filter
+- /api/video/{id}                  a video's bytes, by HTTP range
+- /api/folders                     folders holding indexed files, for the folder filter
 
-Images are addressed by catalog id only, and served only while the file is
-still the indexed content (see files.py). The app writes nothing outside
-INDEX/cache, which is kept under a size limit (cache_limit.py; 512 MB unless
-``cache_mb`` / WHEREIN_CACHE_MB say otherwise). Every error, a refused Host header
-included, is a JSON body ``{"error", "status"}``. Commits made by `wherein index`
-while the app runs show up in the next search, without a restart.
+Files are addressed by catalog id only, and served only while the file is still the
+indexed content (indexer/indexed.py), with an ETag and Last-Modified. The app writes
+nothing outside INDEX/cache, which is kept under a size limit (search/cache/limit.py;
+512 MB unless ``cache_mb`` / WHEREIN_CACHE_MB say otherwise). Every error that reaches
+the app, a refused Host header included, is a JSON body ``{"error", "status"}``. Commits
+made by `wherein index` while the app runs show up in the next search, without a restart.
 """
 
 from __future__ import annotations
@@ -34,16 +35,28 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from wherein.search.cache.limit import cache_limit_bytes
-from wherein.search.service.search import MODEL_TEMPLATE, Template
-from wherein.search.web import DEFAULT_PREFETCH_MASKS, schemas
+from wherein.search.service.serve import (
+    DEFAULT_PREFETCH_MASKS,
+    MODEL_TEMPLATE,
+    WORK_THREADS,
+    ServeSession,
+    Template,
+)
+from wherein.search.web import schemas
+from wherein.search.web.head import HeadAsGet
 from wherein.search.web.hosts import LOOPBACK_HOSTS, TrustedHosts, host_name
 from wherein.search.web.responses import add_error_handlers
 from wherein.search.web.routes import ROUTERS
 from wherein.search.web.routes.pages import STATIC_DIR
-from wherein.search.web.state import WORK_THREADS, WebState
 
-__all__ = ["LOOPBACK_HOSTS", "WORK_THREADS", "TrustedHosts", "WebState", "create_app", "host_name"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "WORK_THREADS",
+    "ServeSession",
+    "TrustedHosts",
+    "create_app",
+    "host_name",
+]
 
 # The page needs nothing from elsewhere; /docs loads Swagger UI from a CDN, so it is exempt.
 CSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'"
@@ -65,15 +78,7 @@ def create_app(
     prefetch_masks: after a search, make the masks of this many first hits in the
     background (the page opens a hit on its mask); 0: only on request.
     """
-    from wherein.indexer import paths as P
-
-    state = WebState(
-        P.index_dir(index_dir),
-        Path(models_dir) if models_dir else None,
-        template,
-        cache_limit_bytes(cache_mb),
-        prefetch_masks,
-    )
+    state = ServeSession(index_dir, models_dir, template, cache_mb, prefetch_masks)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -98,6 +103,7 @@ def create_app(
             response.headers.setdefault("Content-Security-Policy", CSP)
         return response
 
+    app.add_middleware(HeadAsGet)  # outermost: every layer inside sees the GET it stands for
     add_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -3,20 +3,21 @@ gets (a refused Host header included), and cached images served whole."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse as _StarletteJSON
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from wherein.schemas.errors import IndexError_, ModelError, WhereinError
-from wherein.search.web.files import FileChanged, NotFound
-from wherein.search.web.state import WebState
+from wherein.schemas.errors import FileChanged, IndexError_, ModelError, NotFound, WhereinError
+from wherein.search.service.serve import IndexedFile, ServeSession
+from wherein.search.web.validators import etag, http_date, not_modified
 
 log = logging.getLogger("wherein.serve")
 
@@ -89,15 +90,31 @@ def _entry_files(path: Path) -> list[Path]:
 
 
 def image_response(
-    state: WebState,
+    state: ServeSession,
+    request: Request,
     make: Callable[[], tuple[Path | bytes, bool]],
+    f: IndexedFile,
+    what: str,
     media_type: str = "image/jpeg",
 ) -> Response:
-    """A cached (or made-now) image; the cache's size limit applies after each new entry.
+    """A cached (or made-now) image of file f (what: which one, for its ETag); the cache's
+    size limit applies after each new entry. A client whose copy is current (If-None-Match)
+    gets 304, once the file is known to be the indexed content still.
 
     A cached file is read whole while pinned, so pruning never cuts a response short; if
     it was pruned between lookup and read, it is made again.
     """
+    tag = etag(
+        hashlib.sha256(f"{f.key}\0{what}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    )
+    headers = {
+        "Cache-Control": "private, max-age=86400",
+        "ETag": tag,
+        "Last-Modified": http_date(f.mtime_ns),
+    }
+    if not_modified(request.headers.get("if-none-match"), tag):
+        state.check_current(f)
+        return Response(status_code=304, headers=headers)
     for attempt in (1, 2):
         body, hit = make()
         if not isinstance(body, Path):
@@ -115,8 +132,5 @@ def image_response(
             state.janitor.added(_entry_files(body))
         body = data
         break
-    headers = {
-        "Cache-Control": "private, max-age=86400",
-        "X-Wherein-Cache": "hit" if hit else "miss",
-    }
+    headers["X-Wherein-Cache"] = "hit" if hit else "miss"
     return Response(body, media_type=media_type, headers=headers)

@@ -1,77 +1,33 @@
-"""An indexed video for the page: its bytes by range (to play it), one frame of it (a
-thumbnail, the paused frame under a mask).
+"""An indexed video for the page's <video>: its bytes by HTTP range, with validators.
 
 Like a photo, a video is addressed by catalog id and served only while its file is the
-indexed content (files.py); the check reads the file's descriptor, and what is served is
-read from that same descriptor, so a file swapped after the check never goes out. Only a
-catalog row whose kind plays (a video, by content) serves here: a photo's id (whatever its
-extension), or an id not in the index, is a 404. A frame is of any timed kind, loaded by
-the kind (wherein.indexer.kinds).
+indexed content (the service checks the file's descriptor, and what is served is read
+from that same descriptor, so a file swapped after the check never goes out). Only a file
+the catalog holds as a video serves here, whatever its name: a photo's id, or an id not
+in the index, is a 404. Its type comes from the container its first bytes announce.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Generator
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 
-from PIL import Image
-
-from wherein.search.web.files import BadRequest, IndexedFile, NotFound, opened_verified
+from wherein.search.service.serve import VideoFile
 from wherein.search.web.ranges import byte_range, content_range
+from wherein.search.web.validators import etag, http_date, range_applies
 
-# Container format (the catalog's `format`: the file's extension) -> what a browser is told.
+# Container (what the file's first bytes announce) -> what a browser is told.
 MEDIA_TYPES = {
     "mp4": "video/mp4",
-    "m4v": "video/mp4",  # browsers play "video/x-m4v" less readily; it is MP4
     "mov": "video/quicktime",
-    "qt": "video/quicktime",
     "3gp": "video/3gpp",
-    "3g2": "video/3gpp2",
     "mkv": "video/x-matroska",
     "webm": "video/webm",
     "avi": "video/x-msvideo",
 }
 CHUNK = 1 << 18  # bytes per read while streaming a range
-
-
-def is_video_format(fmt: str | None) -> bool:
-    """Whether the catalog's `format` of a file (its extension for a video) is a video's."""
-    return (fmt or "").lower().lstrip(".") in MEDIA_TYPES
-
-
-def _kind(f: IndexedFile):
-    from wherein.indexer.kinds.registry import named
-
-    return named(f.kind)
-
-
-def is_timed(f: IndexedFile) -> bool:
-    """Whether the file's items are frames at times (a video, an animation)."""
-    return _kind(f).timed
-
-
-def plays(kind: str | None) -> bool:
-    """Whether a browser plays a file of this kind itself (the kind says so, not the
-    file's extension)."""
-    from wherein.indexer.kinds.registry import named, names
-
-    return kind in names() and named(kind).plays
-
-
-def is_video(f: IndexedFile) -> bool:
-    return plays(f.kind)
-
-
-def media_type(f: IndexedFile) -> str:
-    return MEDIA_TYPES.get((f.format or "").lower().lstrip("."), "application/octet-stream")
-
-
-def require_video(f: IndexedFile) -> IndexedFile:
-    if not is_video(f):
-        raise NotFound(f"image {f.id}: not a video in this index")
-    return f
 
 
 @dataclass
@@ -90,27 +46,44 @@ class Body:
         self._stack.close()  # and one never started: the descriptor is the stack's
 
 
-def body(f: IndexedFile, range_header: str | None) -> Body:
-    """The response to a GET of the video with this Range header (None: none). NotFound /
-    FileChanged before any byte, as for a photo; ranges.Unsatisfiable for a range past the
-    end."""
+def validators(video: VideoFile) -> dict[str, str]:
+    """ETag (the indexed content's SHA-256) and Last-Modified of a video."""
+    return {"ETag": etag(video.file.sha256[:32]), "Last-Modified": http_date(video.file.mtime_ns)}
+
+
+def body(
+    opened: AbstractContextManager[VideoFile],
+    range_header: str | None,
+    if_range: str | None = None,
+    head: bool = False,
+) -> Body:
+    """The response to a GET (or HEAD: no bytes read) of the video `opened` opens, with this
+    Range and If-Range (None: none). NotFound / FileChanged before any byte, as for a
+    photo; ranges.Unsatisfiable for a range past the end."""
     stack = ExitStack()
     try:
-        fd = stack.enter_context(opened_verified(f))
-        rng = byte_range(range_header, f.size)
+        video = stack.enter_context(opened)
+        size = video.file.size
+        tags = validators(video)
+        asked = (
+            range_header if range_applies(if_range, tags["ETag"], tags["Last-Modified"]) else None
+        )
+        rng = byte_range(asked, size)
     except BaseException:
         stack.close()
         raise
-    first, last = rng if rng is not None else (0, f.size - 1)
+    first, last = rng if rng is not None else (0, size - 1)
     headers = {
         "Accept-Ranges": "bytes",
         "Content-Length": str(last - first + 1),
-        "Content-Type": media_type(f),
+        "Content-Type": MEDIA_TYPES.get(video.container or "", "application/octet-stream"),
         "Cache-Control": "private, max-age=86400",
+        **tags,
     }
     if rng is not None:
-        headers["Content-Range"] = content_range(first, last, f.size)
-    return Body(206 if rng is not None else 200, headers, _read(stack, fd, first, last), stack)
+        headers["Content-Range"] = content_range(first, last, size)
+    chunks = _read(stack, video.fd, first, last if not head else first - 1)
+    return Body(206 if rng is not None else 200, headers, chunks, stack)
 
 
 def _read(stack: ExitStack, fd: int, first: int, last: int) -> Generator[bytes, None, None]:
@@ -122,25 +95,3 @@ def _read(stack: ExitStack, fd: int, first: int, last: int) -> Generator[bytes, 
                 return  # cut short since the check: the client sees a short body
             yield chunk
             at += len(chunk)
-
-
-def frame_image(f: IndexedFile) -> Image.Image:
-    """The frame shown at f.time seconds, full size, read from the verified file by its kind."""
-    from wherein.indexer.imaging import DecodeError, Locator
-    from wherein.indexer.video import VideoError  # PyAV: only when a frame is asked
-
-    t = f.time or 0.0
-    if not is_timed(f):
-        raise NotFound(f"image {f.id}: not a video in this index")
-    with opened_verified(f) as fd:
-        # The descriptor's own path (Linux, and /dev/fd elsewhere) opens the very file checked.
-        via = next(
-            (p for p in (f"/proc/self/fd/{fd}", f"/dev/fd/{fd}") if os.path.exists(p)), f.path
-        )
-        try:
-            return _kind(f).image_at(via, Locator("frame", t=t))
-        except (
-            VideoError,
-            DecodeError,
-        ) as exc:  # the content is the indexed one: it is the time that is off
-            raise BadRequest(f"t: image {f.id} has no frame at {t:g} s ({exc})") from None

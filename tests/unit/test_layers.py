@@ -415,3 +415,56 @@ def test_the_seam_check_sees_a_lazy_clipseg_import(tmp_path):
         },
     )
     assert _segmenter_bypasses(root) == [f"search/masks.py:2 imports {SEGMENTER_MODULE}"]
+
+
+# -- the web app is a front-end -------------------------------------------------------------
+# search/web parses requests and renders answers; the work is the service's. So it imports
+# only the service, the schemas and itself, and nothing imports it but the command that
+# starts it (an arrow into the web from below would make the front-end a library).
+WEB = "wherein.search.web"
+WEB_MAY_IMPORT = ("wherein.search.service", "wherein.schemas", WEB)
+MAY_IMPORT_THE_WEB: dict[str, str] = {"search/cli/serve.py": "`wherein serve` starts the app"}
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _web_violations(root: Path = ROOT, allowed: dict[str, str] = MAY_IMPORT_THE_WEB) -> list[str]:
+    known = _known(root)
+    bad = []
+    for layer in LAYERS:
+        for path in sorted((root / layer).rglob("*.py")):
+            rel = str(path.relative_to(root))
+            in_web = _within(_module_name(path, root), WEB)
+            for line, module in _imports(path, root, known):
+                if not _within(module, "wherein"):
+                    continue  # the standard library and third parties (FastAPI) are fine
+                if in_web and not any(_within(module, m) for m in WEB_MAY_IMPORT):
+                    bad.append(f"{rel}:{line} imports {module}: call a search/service function")
+                elif not in_web and _within(module, WEB) and rel not in allowed:
+                    bad.append(f"{rel}:{line} imports {module}: an arrow into the web app")
+    return bad
+
+
+def test_the_web_imports_only_the_service_and_the_schemas_and_nothing_imports_it():
+    assert _web_violations() == []
+
+
+def test_the_web_check_sees_an_import_out_and_an_arrow_in(tmp_path):
+    root = _fake_tree(
+        tmp_path,
+        {
+            "search/web/a.py": "from wherein.search.service import serve\n"
+            "from wherein.schemas.errors import NotFound\nimport fastapi\n"
+            "def f():\n    from wherein.indexer import paths\n",  # lazy: counts too
+            "search/web/b.py": "from . import a\nfrom wherein.search.api import Query\n",
+            "search/cache/c.py": "from wherein.search.web.a import f\n",
+            "search/cli/serve.py": "from wherein.search.web import a\n",
+        },
+    )
+    assert _web_violations(root, {"search/cli/serve.py": "starts it"}) == [
+        "search/cache/c.py:1 imports wherein.search.web.a: an arrow into the web app",
+        "search/web/a.py:5 imports wherein.indexer: call a search/service function",
+        "search/web/b.py:2 imports wherein.search.api: call a search/service function",
+    ]

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from wherein.search.web.runner import LATER, NOW, PriorityRunner
+from wherein.search.service.runner import LATER, NOW, PriorityRunner
 
 
 @pytest.fixture()

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from wherein.indexer.indexed import IndexedFile, read_verified
+from wherein.schemas.errors import FileChanged, NotFound
 from wherein.search.web.app import LOOPBACK_HOSTS, TrustedHosts
-from wherein.search.web.files import FileChanged, IndexedFile, NotFound, read_verified
 
 
 # -- the Host check (DNS rebinding) ---------------------------------------------------------

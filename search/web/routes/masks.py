@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from wherein.search.web.masks import KINDS, clean_prompt
+from wherein.search.service.mask import KINDS, clean_prompt
 from wherein.search.web.responses import JSONResponse, image_response
 from wherein.search.web.routes.common import FrameTime, ImageId, json_schema_response
 from wherein.search.web.state import Web
@@ -56,6 +56,7 @@ def mask(
 )
 def mask_file(
     state: Web,
+    request: Request,
     image_id: ImageId,
     kind: Literal["overlay", "mask"],
     prompt: Annotated[str, Query(max_length=1000)],
@@ -70,4 +71,4 @@ def mask_file(
         return entry.files[kind], bool(entry.summary.get("cached"))
 
     with state.serving(f):
-        return image_response(state, make, KINDS[kind][1])
+        return image_response(state, request, make, f, f"{kind}-{p}", KINDS[kind][1])

@@ -10,12 +10,15 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
+from wherein.schemas.errors import BadRequest
 from wherein.schemas.records import Hit
-from wherein.search.web.files import BadRequest
+from wherein.search.service.search import Query as Q
+from wherein.search.service.search import SearchRequest
+from wherein.search.service.search import search as search_service
+from wherein.search.service.serve import ServeSession, plays
 from wherein.search.web.responses import JSONResponse
 from wherein.search.web.routes.common import MAX_ID, json_schema_response, urls
-from wherein.search.web.state import Web, WebState
-from wherein.search.web.videos import plays
+from wherein.search.web.state import Web
 
 MAX_PER_PAGE = 200
 PAGE_BLOCK = 200
@@ -53,10 +56,6 @@ def search(
     page: Annotated[int, Query(ge=1)] = 1,
     per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = 48,
 ) -> JSONResponse:
-    from wherein.search.service.search import Query as Q
-    from wherein.search.service.search import SearchRequest
-    from wherein.search.service.search import search as search_service
-
     if page * per_page > MAX_RESULTS:
         raise BadRequest(
             f"page: at most {MAX_RESULTS} results can be paged through; narrow the query"
@@ -124,7 +123,7 @@ def _moment(h: Hit) -> float | None:
     return h.time
 
 
-def _check_indexed(state: WebState, image_id: int) -> None:
+def _check_indexed(state: ServeSession, image_id: int) -> None:
     """A "more like this" id must be a catalog row; its stored vector is used, not the file."""
     if not 1 <= image_id <= MAX_ID:
         raise BadRequest(f"like: {image_id} is not a catalog id")

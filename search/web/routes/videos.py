@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response, StreamingResponse
 
 from wherein.search.web import videos
+from wherein.search.web.head import is_head
 from wherein.search.web.ranges import Unsatisfiable
 from wherein.search.web.responses import error_response
 from wherein.search.web.routes.common import ImageId
 from wherein.search.web.state import Web
+from wherein.search.web.validators import not_modified
 
 router = APIRouter()
 
 VIDEO_RESPONSES: dict[int | str, dict] = {
     200: {"description": "The whole video", "content": {"video/mp4": {}}},
     206: {"description": "The byte range asked for (Content-Range)", "content": {"video/mp4": {}}},
+    304: {"description": "If-None-Match names the video as it is"},
     404: {"description": "No such video in the index, or its file is gone"},
     409: {"description": "The file changed since it was indexed: refused"},
     416: {"description": "The range starts past the end of the file"},
@@ -27,15 +30,20 @@ VIDEO_RESPONSES: dict[int | str, dict] = {
 @router.get("/api/video/{image_id}", response_class=Response, responses=VIDEO_RESPONSES)
 def video(
     state: Web,
+    request: Request,
     image_id: ImageId,
-    range_: Annotated[str | None, Header(alias="range", max_length=200)] = None,
+    range_: Annotated[str | None, Header(alias="range")] = None,
+    if_range: Annotated[str | None, Header(alias="if-range")] = None,
+    if_none_match: Annotated[str | None, Header(alias="if-none-match")] = None,
 ) -> Response:
-    f = videos.require_video(state.file(image_id))
-    with state.serving(f):
-        try:
-            out = videos.body(f, range_)
-        except Unsatisfiable as exc:
-            return error_response(416, str(exc), {"Content-Range": f"bytes */{exc.size}"})
+    try:
+        out = videos.body(state.video(image_id), range_, if_range, head=is_head(request))
+    except Unsatisfiable as exc:
+        return error_response(416, str(exc), {"Content-Range": f"bytes */{exc.size}"})
+    if not_modified(if_none_match, out.headers["ETag"]):
+        out.close()
+        kept = ("ETag", "Last-Modified", "Cache-Control")
+        return Response(status_code=304, headers={k: out.headers[k] for k in kept})
     return _RangeResponse(out)
 
 

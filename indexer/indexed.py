@@ -1,6 +1,6 @@
-"""Read an indexed image by catalog id, and only if it is still the content that was indexed.
+"""An indexed file, read only while it is still the content that was indexed.
 
-The web app never takes a path from a request: images are addressed by catalog
+The web app never takes a path from a request: files are addressed by catalog
 id, and the bytes served come from the catalog row's path after these checks,
 all on one open file descriptor (no window between check and read):
 
@@ -32,23 +32,25 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from wherein.schemas.errors import WhereinError
+from wherein.schemas.errors import BadRequest, FileChanged, NotFound
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+    from wherein.indexer.kinds.base import MediaKind
+
+__all__ = [
+    "IndexedFile",
+    "check_current",
+    "frame_image",
+    "opened_verified",
+    "read_verified",
+]
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_VERIFIED = 100_000  # identities remembered (~200 B each); a forgotten one costs one hash
-
-
-class NotFound(WhereinError):
-    """No such image in the index, or its file is gone (HTTP 404)."""
-
-
-class FileChanged(WhereinError):
-    """The file at the indexed path is no longer the indexed content (HTTP 409)."""
-
-
-class BadRequest(WhereinError):
-    """A parameter FastAPI's validation lets through but the app refuses (HTTP 400)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,16 @@ class IndexedFile:
     def at(self, time: float) -> IndexedFile:
         """This video's frame at `time` seconds, rounded to the millisecond (as it is keyed)."""
         return replace(self, time=round(float(time), 3))
+
+    @property
+    def timed(self) -> bool:
+        """Whether its items are frames at times (a video, an animation): its kind says."""
+        return _kind(self.kind).timed
+
+    @property
+    def plays(self) -> bool:
+        """Whether a browser plays the file itself (a video): its kind says, not its name."""
+        return _kind(self.kind).plays
 
     @classmethod
     def from_row(cls, row: dict) -> IndexedFile:
@@ -210,3 +222,29 @@ def read_verified(f: IndexedFile) -> bytes:
         raise _differs(f)
     _remember(f, st)
     return data
+
+
+def frame_image(f: IndexedFile) -> Image.Image:
+    """The frame shown at f.time seconds of an indexed file of a timed kind, full size, read
+    from the verified file by its kind; NotFound for a file whose kind has no frames."""
+    from wherein.indexer.imaging import DecodeError, Locator
+    from wherein.indexer.video import VideoError  # PyAV: only when a frame is asked
+
+    if not f.timed:
+        raise NotFound(f"image {f.id}: not a video in this index")
+    t = f.time or 0.0
+    with opened_verified(f) as fd:
+        # The descriptor's own path (Linux, and /dev/fd elsewhere) opens the very file checked.
+        via = next(
+            (p for p in (f"/proc/self/fd/{fd}", f"/dev/fd/{fd}") if os.path.exists(p)), f.path
+        )
+        try:
+            return _kind(f.kind).image_at(via, Locator("frame", t=t))
+        except (VideoError, DecodeError) as exc:  # the content is as indexed: the time is off
+            raise BadRequest(f"t: image {f.id} has no frame at {t:g} s ({exc})") from None
+
+
+def _kind(name: str) -> MediaKind:
+    from wherein.indexer.kinds.registry import named, names
+
+    return named(name if name in names() else "photo")

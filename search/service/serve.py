@@ -1,0 +1,265 @@
+"""What `wherein serve` keeps open between requests, and the work its routes ask for.
+
+The web app (search/web) is a front-end like the CLI: it parses requests and renders
+answers, and this module does the rest. One ``ServeSession`` per app: one Searcher over
+the index, a catalog connection for the files' records, the thumbnail and preview caches,
+the mask session (search/service/mask.py) and INDEX/cache's size limit.
+
+Files are addressed by catalog id only, and served only while the file is still the
+indexed content (indexer/indexed.py). What a file is comes from the catalog: the media
+kind the indexer gave it by its content (wherein.indexer.kinds), whatever its name says.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from wherein.indexer.indexed import IndexedFile, check_current, frame_image, opened_verified
+from wherein.indexer.kinds import registry as media
+from wherein.indexer.video.detect import HEAD_BYTES, sniff
+from wherein.schemas.errors import BadRequest, IndexError_, NotFound
+from wherein.schemas.records import iso_time
+from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes, usable_cache
+from wherein.search.cache.thumbs import ResizedCache
+from wherein.search.cache.vision_store import VISION_DIR, VisionStore
+from wherein.search.service import DEFAULT_PREFETCH_MASKS
+from wherein.search.service.mask import MaskSession
+from wherein.search.service.search import MODEL_TEMPLATE, Template
+
+__all__ = [
+    "DEFAULT_PREFETCH_MASKS",
+    "plays",
+    "timed",
+    "MODEL_TEMPLATE",
+    "IndexedFile",
+    "WORK_THREADS",
+    "ServeSession",
+    "Template",
+    "VideoFile",
+]
+
+THUMB_SIDE = 384  # grid tiles are ~200 CSS px: sharp on 2x screens
+PREVIEW_SIDE = 1600
+# Threads for the heavy work (decoding a photo for a thumbnail or preview; a search, whose
+# query encoding allocates tensors and starts a team of OpenMP threads per calling thread):
+# more than the cores only adds memory, since each holds its image or tensors and malloc
+# keeps freed heap per thread. Requests hand the work to these few and wait.
+WORK_THREADS = max(2, min(4, os.cpu_count() or 2))
+
+
+def timed(kind: str | None) -> bool:
+    """Whether files of this media kind have frames at times (a hit's time, ?t= frames)."""
+    return kind in media.names() and media.named(kind).timed
+
+
+def plays(kind: str | None) -> bool:
+    """Whether a browser plays files of this media kind itself (a video_url)."""
+    return kind in media.names() and media.named(kind).plays
+
+
+@dataclass(frozen=True)
+class VideoFile:
+    """An indexed video opened for reading: its verified descriptor and the container its
+    first bytes announce ("mp4", "mov", ...; None: unknown)."""
+
+    file: IndexedFile
+    fd: int
+    container: str | None
+
+
+class ServeSession:
+    """What the request handlers share: one Searcher, a catalog connection, caches, masks."""
+
+    def __init__(
+        self,
+        index_dir: str | Path | None,
+        models_dir: str | Path | None,
+        template: str | Template | None = MODEL_TEMPLATE,
+        cache_mb: float | None = None,
+        prefetch_masks: int = DEFAULT_PREFETCH_MASKS,
+    ) -> None:
+        """Opens the index now: a missing one fails here, not on the first request.
+        cache_mb: size limit of INDEX/cache [env WHEREIN_CACHE_MB; default 512]."""
+        from wherein.indexer import paths as P
+        from wherein.search.service.search import open_index
+
+        self.prefetch_masks = prefetch_masks
+        self.searcher = open_index(
+            P.index_dir(index_dir), Path(models_dir) if models_dir else None, template=template
+        )
+        self.index_dir = self.searcher.store.dir
+        self.catalog = self.searcher.store.reader()
+        self.db_lock = threading.Lock()
+        self._closed = False
+        self.cache_dir = self.index_dir / "cache"
+        writable = usable_cache(self.cache_dir)
+        self.decoding = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-decode")
+        self.searching = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-search")
+        self.thumbs = ResizedCache(
+            self.cache_dir / "thumbs" if writable else None,
+            THUMB_SIDE,
+            pool=self.decoding,
+            frames=frame_image,
+        )
+        self.previews = ResizedCache(
+            self.cache_dir / "previews" if writable else None,
+            PREVIEW_SIDE,
+            85,
+            pool=self.decoding,
+            frames=frame_image,
+        )
+        self.janitor = CacheJanitor(self.cache_dir, cache_limit_bytes(cache_mb))
+        self.masks = MaskSession(
+            self.searcher.models.root,
+            self.cache_dir / "masks" if writable else None,
+            on_added=self.janitor.added,
+            store=VisionStore(self.cache_dir / VISION_DIR, self.janitor) if writable else None,
+        )
+        self._folders: tuple[tuple, list[dict]] | None = None
+
+    def close(self) -> None:
+        # The mask worker reads catalog rows (its guesses resolve hits): it stops first, and
+        # the catalog closes under the lock its readers take, never under a read.
+        self.masks.close()
+        self.decoding.shutdown(cancel_futures=True)
+        self.searching.shutdown(cancel_futures=True)
+        with self.db_lock:
+            self._closed = True
+            self.catalog.close()
+        self.searcher.close()
+
+    # -- files ---------------------------------------------------------------------------------
+    def indexed(self, file_id: int, time: float | None = None) -> IndexedFile:
+        """The catalog's file; for a video, its frame at `time` seconds (None: the first).
+        A time given for a photo is a BadRequest."""
+        with self.db_lock:
+            if self._closed:
+                raise IndexError_("the web app is shutting down")
+            row = self.catalog.rows_by_ids([file_id]).get(file_id)
+        if row is None:
+            raise NotFound(f"image {file_id}: not in this index")
+        f = IndexedFile.from_row(row)
+        if f.timed:
+            return f.at(time or 0.0)
+        if time is not None:
+            raise BadRequest(f"t: image {file_id} is a photo; only a video's frames have a time")
+        return f
+
+    def file(self, file_id: int) -> IndexedFile:
+        """The catalog's file itself (a video as a whole: its bytes, not a frame)."""
+        return replace(self.indexed(file_id), time=None)
+
+    def record(self, file_id: int) -> dict[str, Any]:
+        """One file's catalog record (schemas/api.image.schema.json, less its URLs)."""
+        f = self.file(file_id)
+        return {
+            "id": f.id,
+            "path": f.path,
+            "folder": os.path.dirname(f.path),
+            "width": f.width,
+            "height": f.height,
+            "size": f.size,
+            "mtime": iso_time(f.mtime_ns),
+            "indexed_at": f.indexed_at,
+            "sha256": f.sha256,
+            "format": f.format,
+            "exists": os.path.exists(f.path),
+            "kind": f.kind,
+        }
+
+    def check_current(self, f: IndexedFile) -> None:
+        """NotFound / FileChanged unless f's file is still the indexed content (one stat)."""
+        check_current(f)
+
+    @contextmanager
+    def video(self, file_id: int) -> Iterator[VideoFile]:
+        """An indexed video's verified descriptor, open while the context lasts; NotFound for
+        a photo's id (or one not in the index), FileChanged for a changed file."""
+        f = self.file(file_id)
+        if not f.plays:
+            raise NotFound(f"image {f.id}: not a video in this index")
+        with self.serving(f), opened_verified(f) as fd:
+            yield VideoFile(f, fd, sniff(os.pread(fd, HEAD_BYTES, 0)))
+
+    @contextmanager
+    def serving(self, f: IndexedFile) -> Iterator[None]:
+        """Around serving one file's derivatives: when its file turns out gone, drop what
+        the caches keep of it (thumbnail, preview, masks) and answer NotFound."""
+        try:
+            yield
+        except NotFound:
+            self.thumbs.forget(f.id)
+            self.previews.forget(f.id)
+            self.masks.forget(f)
+            raise
+
+    def folders(self) -> list[dict]:
+        """Folders that hold indexed files, with their counts (for the folder filter)."""
+        with self.db_lock:
+            if self._closed:
+                raise IndexError_("the web app is shutting down")
+            stamp = (
+                self.catalog.generation,
+                self.catalog.count_images(),
+                self.catalog.max_image_id(),
+            )
+            if self._folders is not None and self._folders[0] == stamp:
+                return self._folders[1]
+            counts = Counter(os.path.dirname(p) for p in self.catalog.all_paths())
+        out = [{"folder": f, "count": n} for f, n in sorted(counts.items())]
+        self._folders = (stamp, out)
+        return out
+
+    # -- status --------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """`wherein status --json`'s object, plus the caches and the mask work
+        (schemas/api.status.schema.json)."""
+        from wherein.search.service.index import describe
+
+        self.searcher.refresh()  # counts as of the latest commit, not the last search
+        info = describe(self.searcher.store, self.searcher.models).to_dict()
+        info.pop("skipped", None)  # can be long; `wherein status` lists them
+        cache = self.cache_dir
+        info.update(
+            standin=self.searcher.models.is_standin,
+            cache={
+                "dir": str(cache),
+                "writable": self.thumbs.dir is not None,
+                "thumbs": _count(cache / "thumbs", "*.jpg"),
+                "previews": _count(cache / "previews", "*.jpg"),
+                "masks": _count(cache / "masks", "*/*.json"),
+                "vision_passes": _count(cache / VISION_DIR, "*/*.npy"),
+                "bytes": _du(cache),
+                "limit_bytes": self.janitor.limit,
+                "pruned_files": self.janitor.pruned,
+            },
+            masks={
+                "vision_passes": self.masks.vision_passes,
+                "vision_passes_loaded": self.masks.store.loaded if self.masks.store else 0,
+                "decoder_runs": self.masks.decoder_runs,
+                "prefetched": self.masks.prefetched,
+                "prefetch_queued": self.masks.prefetch_queued,
+            },
+        )
+        return info
+
+
+def _count(folder: Path, pattern: str) -> int:
+    return sum(1 for _ in folder.glob(pattern)) if folder.is_dir() else 0
+
+
+def _du(folder: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
