@@ -3,6 +3,8 @@ thumbnails, previews and masks; bounded in requests and in time.
 
     .venv/bin/python bench/bench_serve.py --images 200 --clients 32 --requests 3000
     .venv/bin/python bench/bench_serve.py --clients 32 --requests 1000 --rounds 4   # RSS curve
+    .venv/bin/python bench/bench_serve.py --clients 32 --requests 1000 --rounds 4 \
+        --default-path /tmp/wherein-serve-models      # the default path: LiteRT towers, no torch
 
 Builds a synthetic photo set and indexes it with the stand-in models (no model download),
 starts a real `wherein serve` process on 127.0.0.1 with a free port, then runs the
@@ -13,6 +15,13 @@ writes the table to bench/results/serve.md when --write is given. With --rounds 
 load runs N times over one server, and the server's resident memory (VmRSS, and its
 peak VmHWM, from /proc) is sampled before the first round and after each: a server
 whose memory is bounded stops growing after the first.
+
+--default-path DIR measures the path a user's `wherein serve` takes after `wherein models
+pull`: full-size SigLIP 2 towers as LiteRT graphs (the int8 image tower, the fp32 text
+tower, so a query imports no torch), built once into DIR by `wherein models convert ...
+--random-weights` (random weights: the speed and memory of the real models, not their
+answers), beside the stand-in CLIPSeg (no full-size CLIPSeg is built offline). The report
+says whether the server process mapped torch at all.
 
 Nothing here listens on anything but 127.0.0.1, and nothing leaves the machine.
 """
@@ -160,14 +169,39 @@ def run_load(port: int, ids: list[int], clients: int, requests: int, seconds: fl
     return {"latencies": latencies, "errors": errors, "wall_s": wall}
 
 
-def rss_mb(pid: int) -> tuple[float, float]:
-    """The process's resident and peak resident memory in MB (Linux /proc)."""
+def rss_mb(pid: int) -> tuple[float, float, float, float]:
+    """The process's resident, peak resident, anonymous and file-backed memory in MB (Linux
+    /proc): file-backed pages are mapped model graphs, which the kernel can drop and reread."""
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             fields[key] = int(value.split()[0]) / 1024
-    return fields["VmRSS"], fields["VmHWM"]
+    return fields["VmRSS"], fields["VmHWM"], fields["RssAnon"], fields["RssFile"]
+
+
+def maps_torch(pid: int) -> bool:
+    """Whether the process has torch's library mapped (imported torch)."""
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def default_path_models(root: Path) -> Path:
+    """Full-size random-weight SigLIP 2 as LiteRT (int8 image tower, fp32 text tower) and the
+    stand-in CLIPSeg, in root (kept: later runs reuse it)."""
+    from wherein.indexer.models.standins import build_standin_models
+
+    models = root / "models"
+    if (models / "siglip2-text" / "text_tower.tflite").is_file() and (models / "clipseg").is_dir():
+        return models
+    shutil.rmtree(models, ignore_errors=True)
+    for part, extra in (("siglip2", ["--precision", "int8"]), ("siglip2-text", [])):
+        subprocess.run(
+            wherein("models", "convert", part, "--random-weights", "--out", str(models), *extra),
+            check=True,
+        )
+    standins = build_standin_models(root / "standins")
+    shutil.copytree(standins / "clipseg", models / "clipseg")
+    return models
 
 
 def merge(results: list[dict]) -> dict:
@@ -198,6 +232,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
         "n": len(a),
         "p50": float(np.percentile(a, 50)),
         "p90": float(np.percentile(a, 90)),
+        "p95": float(np.percentile(a, 95)),
         "p99": float(np.percentile(a, 99)),
         "max": float(a.max()),
     }
@@ -212,6 +247,12 @@ def main() -> None:
     ap.add_argument("--cache-mb", type=float, default=512)
     ap.add_argument("--rounds", type=int, default=1, help="run the load this many times")
     ap.add_argument("--models", type=Path, help="a models folder (default: stand-ins)")
+    ap.add_argument(
+        "--default-path",
+        type=Path,
+        metavar="DIR",
+        help="full-size LiteRT towers with random weights, built into (and reused from) DIR",
+    )
     ap.add_argument("--write", action="store_true", help="write bench/results/serve.md")
     args = ap.parse_args()
 
@@ -219,8 +260,12 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="wherein-bench-serve-"))
     server = None
+    load_before = os.getloadavg()[0]
     try:
-        models = args.models or build_standin_models(work / "models")
+        if args.default_path:
+            models = default_path_models(args.default_path)
+        else:
+            models = args.models or build_standin_models(work / "models")
         photos, index = work / "photos", work / "index"
         photos.mkdir()
         make_photos(photos, args.images)
@@ -238,6 +283,7 @@ def main() -> None:
         for _ in range(args.rounds):
             rounds.append(run_load(port, ids, args.clients, args.requests, args.seconds))
             memory.append(rss_mb(server.pid))
+        torch_mapped = maps_torch(server.pid)
         result = merge(rounds)
         cache = json.loads(warm.get("/api/status")[1])["cache"]
     finally:
@@ -255,19 +301,28 @@ def main() -> None:
         if result["latencies"].get(kind):
             p = percentiles(result["latencies"][kind])
             rows.append(
-                f"| {kind} | {p['n']} | {p['p50']:.1f} | {p['p90']:.1f} | {p['p99']:.1f} | "
-                f"{p['max']:.1f} |"
+                f"| {kind} | {p['n']} | {p['p50']:.1f} | {p['p90']:.1f} | {p['p95']:.1f} | "
+                f"{p['p99']:.1f} | {p['max']:.1f} |"
             )
     command = (
         f".venv/bin/python bench/bench_serve.py --images {args.images} --clients {args.clients} "
         f"--requests {args.requests} --seconds {args.seconds:g} --cache-mb {args.cache_mb:g}"
         + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
         + (f" --models {args.models}" if args.models else "")
+        + (f" --default-path {args.default_path}" if args.default_path else "")
     )
     curve = [
-        f"| {i} | {i * args.requests if i else 0} | {rss:.0f} | {peak:.0f} |"
-        for i, (rss, peak) in enumerate(memory)
+        f"| {i} | {i * args.requests if i else 0} | {rss:.0f} | {peak:.0f} | {anon:.0f} | "
+        f"{file:.0f} |"
+        for i, (rss, peak, anon, file) in enumerate(memory)
     ]
+    if args.default_path:
+        which = (
+            "the default path: full-size SigLIP 2 LiteRT towers (random weights; int8 image, "
+            "fp32 text), stand-in CLIPSeg"
+        )
+    else:
+        which = f"models {args.models.name}" if args.models else "stand-in models"
     load = os.getloadavg()[0]
     report = "\n".join(
         [
@@ -275,8 +330,10 @@ def main() -> None:
             "",
             f"Command: `{command}`",
             f"Machine: {cpu_model()}, {os.cpu_count()} cores shared with other jobs "
-            f"(load average {load:.1f} at the end), Python {platform.python_version()}; "
-            + (f"models {args.models.name}." if args.models else "stand-in models."),
+            f"(load average {load_before:.1f} before, {load:.1f} at the end), Python "
+            f"{platform.python_version()}; {which}. torch in the server: "
+            + ("mapped" if torch_mapped else "never imported")
+            + ".",
             "",
             f"{args.images} synthetic photos (640x480 to 1024x768 JPEGs), indexed, then one "
             f"`wherein serve` process on 127.0.0.1 and {args.clients} client threads, one "
@@ -291,14 +348,14 @@ def main() -> None:
             f"{cache.get('limit_bytes', 0) / 2**20:.0f} MB, {cache.get('pruned_files', 0)} "
             "files pruned.",
             "",
-            "| request | n | p50 ms | p90 ms | p99 ms | max ms |",
-            "|---|---|---|---|---|---|",
+            "| request | n | p50 ms | p90 ms | p95 ms | p99 ms | max ms |",
+            "|---|---|---|---|---|---|---|",
             *rows,
             "",
             "Server memory (after the round; round 0: started, one search answered):",
             "",
-            "| round | requests so far | RSS MB | peak RSS MB |",
-            "|---|---|---|---|",
+            "| round | requests so far | RSS MB | peak RSS MB | anonymous MB | file-backed MB |",
+            "|---|---|---|---|---|---|",
             *curve,
             "",
         ]
