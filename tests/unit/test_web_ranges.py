@@ -20,6 +20,9 @@ SIZE = 1000
         ("bytes=990-5000", (990, SIZE - 1)),  # cut to the end
         ("bytes=999-999", (999, 999)),
         (" bytes = 5 - 9 ", (5, 9)),
+        ("bytes=" + "0" * 300 + "5-" + "0" * 300 + "9", (5, 9)),  # a long header, one range
+        ("bytes=10-" + "9" * 5000, (10, SIZE - 1)),  # an end past any size: cut to the file
+        ("bytes=-" + "9" * 5000, (0, SIZE - 1)),
     ],
 )
 def test_one_range_is_answered_cut_to_the_file(header, expected):
@@ -34,7 +37,8 @@ def test_what_cannot_be_answered_as_one_range_is_the_whole_file(header):
 
 
 @pytest.mark.parametrize(("header", "size"), [("bytes=1000-", SIZE), ("bytes=-0", SIZE),
-                                              ("bytes=0-", 0), ("bytes=-10", 0)])  # fmt: skip
+                                              ("bytes=0-", 0), ("bytes=-10", 0),
+                                              ("bytes=" + "9" * 5000 + "-", SIZE)])  # fmt: skip
 def test_a_range_past_the_end_is_unsatisfiable(header, size):
     with pytest.raises(Unsatisfiable) as got:
         byte_range(header, size)
