@@ -25,6 +25,7 @@ import fnmatch
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,11 @@ def open_index(
     return Searcher(store, ModelDir(P.models_dir(models_dir)), template)
 
 
+# Prompts whose text vectors a Searcher keeps (3 KB each at 768-d): a long-lived one (the web
+# app) sees the same text again on every page turn, re-sort and filter change.
+PROMPT_VECTORS = 256
+
+
 class Searcher:
     def __init__(
         self, store: IndexStore, models: ModelDir, template: str | Template | None = MODEL_TEMPLATE
@@ -107,6 +113,8 @@ class Searcher:
         self._last = threading.local()
         self._image_tower: ImageEmbedder | None = None
         self._lock = threading.RLock()
+        self._prompt_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._prompt_lock = threading.Lock()
 
     @property
     def last_timings(self) -> dict[str, float]:
@@ -194,7 +202,7 @@ class Searcher:
         text_terms = q.text_terms
         if text_terms:
             prompts = [self.prompt(t.value) for t in text_terms]
-            vecs = self.text_tower.encode(prompts)
+            vecs = self._text_vectors(prompts)
             _check_dim(vecs.shape[1], dim, "text tower")
             parts.extend(unit_rows(vecs))
             weights.extend(t.weight for t in text_terms)
@@ -210,6 +218,23 @@ class Searcher:
         if full is None:
             raise QueryError(f"the terms of {str(q)!r} cancel out: nothing left to search for")
         return QueryVectors(full, text)
+
+    def _text_vectors(self, prompts: list[str]) -> np.ndarray:
+        """The text tower's vectors of prompts; those encoded lately come from a small LRU
+        (the tower is the same for the Searcher's life)."""
+        with self._prompt_lock:
+            found = {p: self._prompt_vectors[p] for p in prompts if p in self._prompt_vectors}
+            for p in found:
+                self._prompt_vectors.move_to_end(p)
+        missing = [p for p in dict.fromkeys(prompts) if p not in found]
+        if missing:
+            vecs = self.text_tower.encode(missing)
+            found.update(zip(missing, vecs, strict=True))
+            with self._prompt_lock:
+                self._prompt_vectors.update(zip(missing, vecs, strict=True))
+                while len(self._prompt_vectors) > PROMPT_VECTORS:
+                    self._prompt_vectors.popitem(last=False)
+        return np.stack([found[p] for p in prompts])
 
     def prompt(self, text: str) -> str:
         if not self.template:

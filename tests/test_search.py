@@ -468,6 +468,27 @@ def test_mask_hook_calls_the_masking_module(indexed, monkeypatch, tmp_path, vali
 
 
 # -- Python API -------------------------------------------------------------------------------
+def test_a_searcher_encodes_a_text_it_saw_lately_once(indexed, monkeypatch):
+    """A long-lived Searcher (the web app's) sees the same text on every page turn and filter
+    change: the text tower runs for what is new, and the hits are a fresh search's."""
+    with open_index() as fresh:
+        expected = [h.path for h in fresh.search(Query.parse("red + green"), k=4)]
+    with open_index() as s:
+        tower = s.text_tower
+        real, asked = tower.encode, []
+
+        def encode(texts):
+            asked.append(list(texts))
+            return real(texts)
+
+        monkeypatch.setattr(tower, "encode", encode)
+        s.search(Query.parse("red"), k=2)
+        s.search(Query.parse("red"), k=3)
+        hits = s.search(Query.parse("red + green"), k=4)
+    assert [len(a) for a in asked] == [1, 1]  # "red" once, then "green" alone
+    assert "green" in asked[1][0] and [h.path for h in hits] == expected
+
+
 def test_python_api(indexed):
     with open_index() as s:
         hits = s.search(Query.parse("red").minus("blue"), k=3)
