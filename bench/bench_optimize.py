@@ -173,6 +173,12 @@ def build_models(work: Path) -> Path:
         )
         image.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(conv / "siglip2-image" / m["file"], image)
+    random_text_dir(text)
+    return models
+
+
+def random_text_dir(text: Path) -> None:
+    """A random-weight ViT-B-16-SigLIP2 open_clip directory at `text` (kept when there)."""
     if not (text / "open_clip_model.safetensors").is_file():
         import open_clip
         import torch
@@ -197,7 +203,6 @@ def build_models(work: Path) -> Path:
             str(text / "open_clip_model.safetensors"),
         )
         synthetic_tokenizer(text)
-    return models
 
 
 # -- measurements ------------------------------------------------------------------

@@ -18,9 +18,9 @@ whose memory is bounded stops growing after the first.
 
 --default-path DIR measures the path a user's `wherein serve` takes after `wherein models
 pull`: full-size SigLIP 2 towers as LiteRT graphs (the int8 image tower, the fp32 text
-tower, so a query imports no torch), built once into DIR by `wherein models convert ...
---random-weights` (random weights: the speed and memory of the real models, not their
-answers), beside the stand-in CLIPSeg (no full-size CLIPSeg is built offline). The report
+tower, so a query imports no torch), built once into DIR with random weights (`wherein
+models convert`; the speed and memory of the real models, not their answers), beside the
+stand-in CLIPSeg (no full-size CLIPSeg is built offline). The report
 says whether the server process mapped torch at all.
 
 Nothing here listens on anything but 127.0.0.1, and nothing leaves the machine.
@@ -186,21 +186,26 @@ def maps_torch(pid: int) -> bool:
 
 
 def default_path_models(root: Path) -> Path:
-    """Full-size random-weight SigLIP 2 as LiteRT (int8 image tower, fp32 text tower) and the
-    stand-in CLIPSeg, in root (kept: later runs reuse it)."""
+    """Full-size random-weight SigLIP 2 as `wherein models pull` leaves it (the int8 image
+    tower, the LiteRT text tower) and the stand-in CLIPSeg, in root/models (kept: later runs
+    reuse it). The text tower converts from an open_clip directory (bench_optimize's)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_optimize import random_text_dir
+
     from wherein.indexer.models.standins import build_standin_models
 
     models = root / "models"
     if (models / "siglip2-text" / "text_tower.tflite").is_file() and (models / "clipseg").is_dir():
         return models
-    shutil.rmtree(models, ignore_errors=True)
-    for part, extra in (("siglip2", ["--precision", "int8"]), ("siglip2-text", [])):
-        subprocess.run(
-            wherein("models", "convert", part, "--random-weights", "--out", str(models), *extra),
-            check=True,
-        )
+    image = root / "int8"
+    if not (image / "siglip2-image" / "manifest.json").is_file():
+        convert = ["siglip2", "--random-weights", "--precision", "int8", "--out", str(image)]
+        subprocess.run(wherein("models", "convert", *convert), check=True)
+    random_text_dir(models / "siglip2-text")
+    subprocess.run(wherein("models", "convert", "siglip2-text", "--out", str(models)), check=True)
+    shutil.copytree(image / "siglip2-image", models / "siglip2-image", dirs_exist_ok=True)
     standins = build_standin_models(root / "standins")
-    shutil.copytree(standins / "clipseg", models / "clipseg")
+    shutil.copytree(standins / "clipseg", models / "clipseg", dirs_exist_ok=True)
     return models
 
 
