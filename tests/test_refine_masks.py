@@ -147,8 +147,8 @@ def test_wherein_mask_alone_slices_a_photo_the_whole_pass_found_nothing_in(env, 
 def test_the_web_apps_mask_is_the_refined_one(standin_models, tmp_path):
     import hashlib
 
-    from wherein.search.web.files import IndexedFile
-    from wherein.search.web.masks import MaskService
+    from wherein.indexer.indexed import IndexedFile
+    from wherein.search.service.mask import MaskSession as MaskService
 
     path = tmp_path / "small.jpg"
     photo_with_square(path, 200, SQUARE_AT)
