@@ -76,6 +76,8 @@ def is_damage(exc: BaseException) -> bool:
     """Whether SQLite says the file itself is broken (a malformed page, not a database)."""
     if not isinstance(exc, sqlite3.DatabaseError):
         return False
+    if "Could not decode to UTF-8" in str(exc):  # a text column of a damaged record
+        return True
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF in _DAMAGE_CODES

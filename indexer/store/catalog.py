@@ -115,9 +115,13 @@ def _kind_column(db: sqlite_utils.Database) -> str:
 
 
 class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks):
-    def __init__(self, path: Path, readonly: bool = False, verify: bool = False) -> None:
+    def __init__(
+        self, path: Path, readonly: bool = False, verify: bool = False, verify_rows: bool = False
+    ) -> None:
         """verify: check every page (PRAGMA quick_check) before anything is written, so a
-        damaged catalog is refused before a run writes into it (about 0.7 s per 100k rows)."""
+        damaged catalog is refused before a run writes into it (about 0.7 s per 100k rows).
+        verify_rows: check the pages of the tables of files and items (rows_problem), so a
+        reader never answers from a catalog that silently lost rows."""
         self.path = path
         self.readonly = readonly
         _refuse_empty(path)
@@ -139,6 +143,8 @@ class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks):
                 if not readonly:  # before any write, WAL mode included
                     raise self.too_new
             if verify and (problem := self.soundness_problem()) is not None:
+                raise damaged(path, problem)
+            if verify_rows and not verify and (problem := self.rows_problem()) is not None:
                 raise damaged(path, problem)
             self._db = sqlite_utils.Database(conn, execute_plugins=False)
             if not readonly:

@@ -99,6 +99,7 @@ class IndexStore:
         on_wait: Callable[[str], object] | None = None,
         rebuild: bool = False,
         read_only: bool = False,
+        check_rows: bool = True,
     ) -> IndexStore:
         """Open an index; ``write`` takes the writer lock (IndexLocked if another process has it).
 
@@ -109,6 +110,9 @@ class IndexStore:
         read_only (without write): open the catalog read-only, so that nothing (no -wal,
         no -shm, no migration) is written; a reader falls back to it by itself when the
         disk is too full for opening it otherwise.
+        check_rows (without write): refuse, with CatalogDamaged, a catalog whose tables of
+        files and items have a damaged page (Catalog's verify_rows); a writer checks every
+        page anyway. Off for `status --check`, which reports the damage as a problem.
         """
         d = Path(directory)
         db = d / CATALOG_FILE
@@ -133,7 +137,9 @@ class IndexStore:
         try:
             if rebuild and write and (db.exists() or db.is_symlink()):
                 rebuilt = rebuild_catalog(d)
-            catalog = _open_catalog(db, readonly, write, verify=write and rebuilt is None)
+            catalog = _open_catalog(
+                db, readonly, write, verify=write and rebuilt is None, rows=check_rows and not write
+            )
         except Exception as exc:
             if lock_fd is not None:
                 os.close(lock_fd)
@@ -332,19 +338,20 @@ class IndexStore:
             rep.fail(f"{path}: {blank} of {len(sample)} sampled vectors are empty or not finite")
 
 
-def _open_catalog(db: Path, readonly: bool, write: bool, verify: bool) -> Catalog:
+def _open_catalog(db: Path, readonly: bool, write: bool, verify: bool, rows: bool) -> Catalog:
     try:
-        return Catalog(db, readonly=readonly, verify=verify)
+        return Catalog(db, readonly=readonly, verify=verify, verify_rows=rows)
     except CatalogTooNew:
         if write:
             raise
-        return Catalog(db, readonly=True)  # a reader: read as it is, nothing written
+        # a reader: read as it is, nothing written
+        return Catalog(db, readonly=True, verify_rows=rows)
     except sqlite3.OperationalError as exc:
         # A reader on a full disk: opening read-write wants to grow -wal/-shm (disk I/O
         # error); read-only it needs neither. A writer must fail here, with the reason.
         if verify or readonly or storage_error(exc) is None:
             raise
-    return Catalog(db, readonly=True)
+    return Catalog(db, readonly=True, verify_rows=rows)
 
 
 def rebuild_catalog(d: Path) -> Rebuilt:

@@ -220,7 +220,10 @@ def status(
 
     d = P.index_dir(index_dir)
     check = check or repair
-    store = IndexStore.open(d, write=repair, load_vectors=check, read_only=not repair)
+    # --check reports catalog damage as its problem; plain status refuses a damaged catalog
+    store = IndexStore.open(
+        d, write=repair, load_vectors=check, read_only=not repair, check_rows=not check
+    )
     models = ModelDir(P.models_dir(models_dir))
     with store:
         report = store.check(repair=repair) if check else None
