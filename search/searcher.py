@@ -255,7 +255,7 @@ class Searcher:
         if stored is not None:
             return stored  # already embedded: no need to load the image tower
         if (found := media.kind_of(path)).timed:
-            raise QueryError(f"{term.value}: a {found.name} is used with --like once it is indexed")
+            raise QueryError(f"{term.value}: {found.a} is used with --like once it is indexed")
         from wherein.indexer.imaging import DecodeError, decode
 
         try:

@@ -63,6 +63,11 @@ class MediaKind:
         None: only head is there)."""
         raise NotImplementedError
 
+    @property
+    def a(self) -> str:
+        """The name with its article, for messages ("a video", "an animation")."""
+        return ("an " if self.name[:1] in "aeiou" else "a ") + self.name
+
     def has_name(self, path: str | Path) -> bool:
         return Path(path).suffix.lower() in self.extensions
 

@@ -163,8 +163,7 @@ def check_time(path: Path, time: float | None) -> None:
     kind = kind_of(path)
     if kind.timed and time is None:
         raise UsageError(
-            f"{path} is a {kind.name}: give --time SECONDS for the moment to mask "
-            "(e.g. --time 12.5)"
+            f"{path} is {kind.a}: give --time SECONDS for the moment to mask (e.g. --time 12.5)"
         )
     if not kind.timed and time is not None:
         raise UsageError(f"--time applies to a video, and {path} is not one")
