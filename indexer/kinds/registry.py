@@ -24,6 +24,7 @@ from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
 
 KIND_MODULES = {
     "video": "wherein.indexer.kinds.video",
+    "animation": "wherein.indexer.kinds.animation",
     "photo": "wherein.indexer.kinds.photo",
 }
 
