@@ -98,6 +98,18 @@ class ModelSpec:
     assets: tuple[AssetSpec, ...] = field(default_factory=tuple)
 
 
+def image_graph(spec: EmbedderSpec, filename: str) -> GraphSpec:
+    """An image tower's LiteRT contract: [1,3,size,size] in the family's input -> [1,dim]
+    (extra batch signatures allowed)."""
+    size = spec.image.size
+    return GraphSpec(
+        filename=filename,
+        inputs=(TensorSpec((1, 3, size, size)),),
+        outputs=(TensorSpec((1, spec.dim)),),
+        batchable=True,
+    )
+
+
 SIGLIP_IMAGE = ModelSpec(
     key="siglip2-image",
     title="SigLIP 2 ViT-B/16 image tower (LiteRT)",

@@ -35,7 +35,12 @@ import numpy as np
 from wherein.indexer import paths as P
 from wherein.indexer.kinds import registry as media
 from wherein.indexer.models.modeldir import ModelDir
-from wherein.indexer.models.registry import ImageEmbedder, TextEncoder, entry_for
+from wherein.indexer.models.registry import (
+    ImageEmbedder,
+    TextEncoder,
+    entry_for,
+    refuse_other_family,
+)
 from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.errors import IndexError_, ModelError
@@ -182,7 +187,10 @@ class Searcher:
 
     # -- query vectors -------------------------------------------------------------
     def check_space(self) -> None:
-        """The query side (models dir) must embed into the index's space."""
+        """The query side (models dir) must be the index's family and embed into its space."""
+        refuse_other_family(
+            self.store.catalog.get_meta("family"), self.model.key, self.store.dir, self.models.root
+        )
         space = self.space
         if space is not None and space != self.models.space:
             raise ModelError(

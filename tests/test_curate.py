@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from PIL import Image
 
 from wherein.indexer.store import vectors as V
 from wherein.indexer.store.index_store import IndexStore
+from wherein.schemas.models import SIGLIP2
 from wherein.search.cli import cli
 from wherein.search.curate import dupes as D
 from wherein.search.curate import labels as L
@@ -339,7 +341,7 @@ def test_near_duplicates_are_copies_not_lookalikes(env, dupe_photos, tmp_path):
     assert names(keeper) == ["red_original.jpg"] and keeper[0]["match"] == "keeper"
     match = {Path(h["path"]).name: h["match"] for h in red}
     assert match["red_exact.jpg"] == "exact" and match["red_half.jpg"] == "near"
-    assert all(h["score"] >= D.default_threshold("wherein-standin-colour-v1") for h in hits)
+    assert all(h["score"] >= D.default_threshold(None, "wherein-standin-colour-v1") for h in hits)
     blue_keeper = [h for h in hits if h["keeper"] and Path(h["path"]).name in BLUE_FAMILY]
     assert len(blue_keeper) == 1
     assert hits[0]["keeper"]  # the keeper is listed first in its group
@@ -406,10 +408,28 @@ def test_dupes_on_an_approximate_index_agree(env, dupe_photos, monkeypatch):
     assert report.redundant == 4
 
 
-def test_default_threshold_depends_on_the_space():
-    assert D.default_threshold("siglip2-vit-b16-webli") == 0.95
-    assert D.default_threshold(None) == 0.95
-    assert D.default_threshold("wherein-standin-colour-v1") == 0.998
+def test_default_threshold_is_the_index_familys():
+    from wherein.indexer.models import registry
+
+    # An index from before families were recorded: by its space.
+    assert D.default_threshold(None, "siglip2-vit-b16-webli") == 0.95
+    assert D.default_threshold(None, None) == 0.95
+    assert D.default_threshold(None, "wherein-standin-colour-v1") == 0.998
+    # A recorded family says it, whatever the space is called.
+    assert D.default_threshold("standin", "anything") == 0.998
+    tight = registry.ModelEntry(
+        dataclasses.replace(SIGLIP2, key="tight"),
+        lambda md, t: None,  # type: ignore[arg-type, return-value]
+        lambda md: None,  # type: ignore[arg-type, return-value]
+        lambda md: ("tight:1", "-"),
+        thresholds=registry.Thresholds(near_duplicate=0.9),
+    )
+    registry.register(tight)
+    try:
+        assert D.default_threshold("tight", "siglip2-vit-b16-webli") == 0.9
+    finally:
+        registry.unregister("tight")
+    assert D.default_threshold("tight", None) == 0.95  # no longer installed: the usual cut-off
 
 
 def test_keeper_rule():

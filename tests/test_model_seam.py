@@ -9,82 +9,35 @@ FAISS and search must ask the model, not assume SigLIP 2.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
+from tiny_family import SPACE, TINY, TinyImages, TinyText, entry
 
-from wherein.indexer.imaging import model_input
 from wherein.indexer.models import registry
-from wherein.indexer.models.modeldir import ModelDir
-from wherein.indexer.models.standins.palette import NAMES, PROTOTYPES
-from wherein.indexer.models.text_tower import CalibratedScores
-from wherein.indexer.normalize import unit_rows
 from wherein.indexer.store.index_store import IndexStore
-from wherein.schemas.models import MODEL_MARKER, EmbedderSpec, ImageInput
+from wherein.schemas.models import MODEL_MARKER
 from wherein.search.cli import cli
 
 pytestmark = pytest.mark.slow  # indexes and searches through the CLI
 
-TINY = EmbedderSpec(
-    key="tiny-512",
-    title="a tiny colour model",
-    image=ImageInput(size=32, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), resample="bilinear"),
-    dim=512,
-    template="a picture of {}",
-)
-# Each palette colour's direction in the 512-d space (orthonormal rows).
-DIRECTIONS = np.linalg.qr(np.random.default_rng(7).standard_normal((TINY.dim, len(NAMES))))[0].T
-
-
-class TinyImages:
-    spec, space, dim, batch_size = TINY, "tiny", TINY.dim, 3
-
-    def __init__(self, models: ModelDir) -> None:
-        self.path = models.root / MODEL_MARKER
-        self.model_id = "tiny:1"
-        self.batches: list[tuple[int, ...]] = []
-
-    def preprocess(self, image) -> np.ndarray:
-        return model_input(image, TINY.image)
-
-    def embed(self, batch: np.ndarray) -> np.ndarray:
-        self.batches.append(batch.shape)
-        pixels = batch.transpose(0, 2, 3, 1).reshape(len(batch), -1, 3)  # values in [0, 1]
-        dist = ((pixels[:, :, None, :] - PROTOTYPES[None, None]) ** 2).sum(-1)
-        share = (dist < 0.02).mean(axis=1)  # [n, colours]: the part of the image of each colour
-        return unit_rows(share @ DIRECTIONS)
-
-
-class TinyText(CalibratedScores):
-    logit_scale, logit_bias = 10.0, -5.0
-
-    def __init__(self) -> None:
-        self.prompts: list[str] = []
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        self.prompts.extend(texts)
-        words = [[n in t.lower().split() for n in NAMES] for t in texts]
-        return unit_rows(np.array(words, dtype=np.float64) @ DIRECTIONS + 1e-9)
-
 
 @pytest.fixture()
-def tiny(tmp_path, monkeypatch):
+def tiny(tmp_path, standin_models):
     models = tmp_path / "tiny-models"
     models.mkdir()
-    (models / MODEL_MARKER).write_text(json.dumps({"model": TINY.key, "space": "tiny"}))
+    (models / MODEL_MARKER).write_text(json.dumps({"model": TINY.key, "space": SPACE}))
+    (models / "clipseg").symlink_to(standin_models / "clipseg")  # masks: the stand-in CLIPSeg
     made: dict[str, object] = {}
     text = TinyText()
 
-    def load_image(md: ModelDir, threads: int | None) -> TinyImages:
+    def load_image(md) -> TinyImages:
         made["images"] = TinyImages(md)
         return made["images"]  # type: ignore[return-value]
 
-    registry.register(
-        registry.ModelEntry(TINY, load_image, lambda md: text, lambda md: ("tiny:1", MODEL_MARKER))
-    )
+    registry.register(entry(load_image, text))
     yield {"models": models, "made": made, "text": text}
     registry.unregister(TINY.key)
 
@@ -129,3 +82,76 @@ def test_an_unknown_model_key_is_one_line(tmp_path):
     assert r.exit_code == 1
     assert "no model 'no-such-model' is registered" in r.output
     assert "Traceback" not in r.output
+
+
+# -- the family, not only its loading: Ray's decode path and `models check` -------------------
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.mark.scale
+def test_a_registered_family_is_embedded_on_ray_with_its_own_input(tiny, shapes, monkeypatch):
+    """Ray's decode tasks preprocess with the family's input (32 px here), and its workers
+    load the family through WHEREIN_MODEL_PLUGINS: the tower refuses any other shape."""
+    import pyarrow.parquet as pq
+
+    from wherein.indexer.scale.embed import embed
+    from wherein.indexer.scale.shards import embeddings
+
+    monkeypatch.setenv(registry.PLUGINS_ENV, "tiny_family:register")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    )
+    out = tiny["models"].parent / "emb"
+    stats = embed([str(shapes)], out, tiny["models"], engine="ray", shard_size=50)
+    assert stats.complete and stats.embedded == 6 and stats.failed == 0
+    by_name = {}
+    for f in sorted((out / "shards").glob("shard-?????.parquet")):
+        t = pq.read_table(f)
+        for uri, v in zip(t.column("uri").to_pylist(), embeddings(t, TINY.dim), strict=True):
+            by_name[Path(uri).name] = v
+    red = by_name["red_square.jpg"] @ by_name["red_disc.png"]
+    assert red > 0.9 and by_name["red_square.jpg"] @ by_name["blue_square.png"] < 0.5
+
+
+def test_models_check_checks_a_registered_family_by_its_own_contract(tiny):
+    r = CliRunner().invoke(cli, ["models", "check", "--json", "--models", str(tiny["models"])])
+    assert r.exit_code == 0, r.output
+    rows = {(c["model"], c["file"]): c for c in json.loads(r.stdout)["checks"]}
+    image, text = rows[(TINY.key, "image side")], rows[(TINY.key, "text side")]
+    assert image["status"] == text["status"] == "ok"
+    assert image["found"] == "[n,3,32,32] -> [n,512] unit vectors"
+    assert text["found"].startswith("[n,512]")
+
+
+def test_models_check_fails_a_family_whose_input_is_not_what_it_declares(tiny):
+    """A family whose image side preprocesses to another size than its spec says is caught."""
+
+    class Wrong(TinyImages):
+        def preprocess(self, image):
+            return super().preprocess(image.resize((64, 64)))[:, :16, :16]
+
+    registry.register(entry(Wrong))
+    r = CliRunner().invoke(cli, ["models", "check", "--models", str(tiny["models"])])
+    assert r.exit_code == 1
+    assert "image side: preprocess gives [3, 16, 16]" in r.output
+
+
+def test_an_index_of_one_family_refuses_another_familys_models(
+    tiny, shapes, standin_models, tmp_path
+):
+    """The index records its family: searching or indexing it with other models is one line,
+    and the vectors stay as they were (no silent re-embedding with another model)."""
+    index = tmp_path / "index"
+    tiny_env = {"WHEREIN_MODELS": str(tiny["models"]), "WHEREIN_INDEX": str(index)}
+    assert CliRunner(env=tiny_env).invoke(cli, ["index", str(shapes), "-q"]).exit_code == 0
+    other = CliRunner(env={"WHEREIN_MODELS": str(standin_models), "WHEREIN_INDEX": str(index)})
+    for args in (["search", "red"], ["index", str(shapes), "-q"]):
+        r = other.invoke(cli, args)
+        assert r.exit_code == 1, r.output
+        errors = [ln for ln in r.output.splitlines() if "Error" in ln or "Traceback" in ln]
+        assert len(errors) == 1 and errors[0].startswith("Error: "), r.output
+        assert "was built with the tiny-512 models" in errors[0] and "holds standin" in errors[0]
+    r = CliRunner(env=tiny_env).invoke(cli, ["status", "--json"])
+    status = json.loads(r.stdout)
+    assert status["family"] == TINY.key and status["images"] == 6
+    assert status["models"]["family"] == TINY.key

@@ -26,7 +26,7 @@ from wherein.indexer.ingest.read import Unsettled, load_file
 from wherein.indexer.ingest.videos import FrameChunk, FrameFeed, FrameSettings, VideoJob
 from wherein.indexer.ingest.walk import WalkProblem, under_any, walk
 from wherein.indexer.kinds.registry import named
-from wherein.indexer.models.registry import ImageEmbedder
+from wherein.indexer.models.registry import ImageEmbedder, refuse_other_family
 from wherein.indexer.photometa import fill_photos
 from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import IndexStore
@@ -237,11 +237,17 @@ class Indexer:
     def _prepare_model(self, stats: RunStats) -> None:
         cat = self.store.catalog
         old = cat.get_meta("model_id")
+        family = self.tower.spec.key
+        refuse_other_family(cat.get_meta("family"), family, self.store.dir)
         if old == self.tower.model_id:
+            if cat.get_meta("family") is None:  # an index from before families were recorded
+                with cat.transaction():
+                    cat.set_meta("family", family)
             return
         with cat.transaction():
             if old is not None:
                 stats.invalidated = cat.clear_embeddings()
+            cat.set_meta("family", family)
             cat.set_meta("model_id", self.tower.model_id)
             cat.set_meta("space", self.tower.space)
             cat.set_meta("dim", self.tower.dim)

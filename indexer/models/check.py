@@ -1,13 +1,19 @@
-"""`wherein models check`: load every model and verify its contract, one row per file."""
+"""`wherein models check`: load every model and verify its contract, one row per file.
+
+The embedding family checks its own files (its registry entry's `check`); CLIPSeg's graphs
+and assets, and the optimized graphs' figures, follow.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from wherein.indexer.models.family import CheckRows
 from wherein.indexer.models.litert_graph import LiteRTGraph
 from wherein.indexer.models.modeldir import ModelDir
+from wherein.indexer.models.registry import entry_for
 from wherein.schemas.errors import WhereinError
-from wherein.schemas.models import CLIPSEG, SIGLIP_EMBED_DIM, SIGLIP_IMAGE, GraphSpec
+from wherein.schemas.models import CLIPSEG, MODEL_MARKER, GraphSpec
 
 
 def _io(spec: GraphSpec) -> str:
@@ -16,80 +22,20 @@ def _io(spec: GraphSpec) -> str:
     return f"{ins} -> {outs}"
 
 
-def _image_tower_name(md: ModelDir, spec: GraphSpec) -> str:
-    """The graph the image check loads: a converted tower's (manifest) wins over the published one."""
-    try:
-        return md.image_tower_file().name
-    except (WhereinError, OSError, ValueError):  # none, or a bad manifest: name the expected file
-        return spec.filename
-
-
 def check_models(root: Path) -> tuple[list[dict], bool]:
     md = ModelDir(Path(root))
-    rows: list[dict] = []
+    rows = CheckRows()
+    try:
+        family = entry_for(md)
+    except WhereinError as exc:  # an unknown family: one row, then CLIPSeg's as usual
+        message = str(exc)
 
-    def add(model: str, file: str, expected: str, fn) -> None:
-        try:
-            found = fn()
-            rows.append(
-                {"model": model, "file": file, "expected": expected, "found": found, "status": "ok"}
-            )
-        except WhereinError as exc:
-            rows.append(
-                {
-                    "model": model,
-                    "file": file,
-                    "expected": expected,
-                    "found": str(exc),
-                    "status": "FAIL",
-                }
-            )
-        except Exception as exc:  # a check must report, not crash
-            rows.append(
-                {
-                    "model": model,
-                    "file": file,
-                    "expected": expected,
-                    "found": f"{type(exc).__name__}: {exc}",
-                    "status": "FAIL",
-                }
-            )
+        def unknown() -> str:
+            raise WhereinError(message)
 
-    def image():
-        from wherein.indexer.models.image_tower import ImageTower
-        from wherein.indexer.models.registry import entry_for
-
-        tower = ImageTower.from_models(md, 1, entry_for(md).spec)
-        return f"batch sizes {tower.graph.batch_sizes}"
-
-    spec = SIGLIP_IMAGE.graphs[0]
-    add(SIGLIP_IMAGE.key, _image_tower_name(md, spec), _io(spec), image)
-
-    def text():
-        from wherein.indexer.models.text_tower import TextTower
-
-        tower = TextTower.from_models(md)
-        if tower.dim != SIGLIP_EMBED_DIM:
-            raise WhereinError(f"text embedding has {tower.dim} dims")
-        return f"[n,{tower.dim}], scale {tower.logit_scale:.2f}, bias {tower.logit_bias:.2f}"
-
-    add("siglip2-text", "open_clip_config.json", f"open_clip SigLIP, [n,{SIGLIP_EMBED_DIM}]", text)
-
-    from wherein.indexer.models.text_tower_litert import (
-        TEXT_GRAPH,
-        LiteRTTextTower,
-        has_litert_text,
-    )
-
-    if has_litert_text(md.root):  # a converted, torch-free text tower
-
-        def litert_text():
-            tower = LiteRTTextTower.from_models(md)
-            if tower.dim != SIGLIP_EMBED_DIM:
-                raise WhereinError(f"text embedding has {tower.dim} dims")
-            return f"[n,{tower.dim}], scale {tower.logit_scale:.2f}, bias {tower.logit_bias:.2f}"
-
-        add("siglip2-text", TEXT_GRAPH, f"LiteRT tokens -> [1,{SIGLIP_EMBED_DIM}]", litert_text)
+        rows.add("model", MODEL_MARKER, "a registered model family", unknown)
+    else:
+        family.check(md, family, rows)
 
     for g in CLIPSEG.graphs:
 
@@ -98,7 +44,7 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
             LiteRTGraph(path, 1).check(g)
             return "matches"
 
-        add(CLIPSEG.key, g.filename, _io(g), graph)
+        rows.add(CLIPSEG.key, g.filename, _io(g), graph)
     for a in CLIPSEG.assets:
 
         def asset(a=a):
@@ -111,12 +57,12 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
             return f"{size:,} bytes"
 
         expected = f"{a.size_bytes:,} bytes" if a.size_bytes else "present"
-        add(CLIPSEG.key, a.filename, expected, asset)
+        rows.add(CLIPSEG.key, a.filename, expected, asset)
     from wherein.indexer.models.optimize.report import NOT_USED, optimized_rows
 
-    rows += optimized_rows(md)  # verification figures of optimized graphs (models optimize)
+    out = rows.rows + optimized_rows(md)  # verification figures of optimized graphs
     if md.is_standin:
-        rows.append(
+        out.append(
             {
                 "model": "note",
                 "file": "STANDIN.json",
@@ -125,4 +71,4 @@ def check_models(root: Path) -> tuple[list[dict], bool]:
                 "status": "ok",
             }
         )
-    return rows, all(r["status"] in ("ok", NOT_USED) for r in rows)
+    return out, all(r["status"] in ("ok", NOT_USED) for r in out)

@@ -15,7 +15,7 @@ from wherein.indexer.models.litert_graph import LiteRTGraph, default_threads
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.normalize import unit_rows
 from wherein.schemas.errors import ModelError
-from wherein.schemas.models import SIGLIP2, SIGLIP_IMAGE, EmbedderSpec
+from wherein.schemas.models import SIGLIP2, SIGLIP_IMAGE, EmbedderSpec, image_graph
 
 
 def file_digest(path: Path, chunk: int = 1 << 20) -> str:
@@ -76,7 +76,7 @@ class ImageTower:
         self.path = path
         self.spec = spec
         self.graph = LiteRTGraph(path, num_threads)
-        self.graph.check(SIGLIP_IMAGE.graphs[0])
+        self.graph.check(image_graph(spec, path.name))
         size, dim = spec.image.size, spec.dim
         for sig in self.graph.signatures.values():
             b = sig.batch
@@ -101,7 +101,7 @@ class ImageTower:
     ) -> ImageTower:
         """spec: the model family's (registry.entry_for(models).spec); given by the caller,
         because the registry loads this module: a lookup from here would be an import cycle."""
-        models.require(SIGLIP_IMAGE)
+        models.require(SIGLIP_IMAGE, models.image_dir)
         return cls(models.image_tower_file(), models.space, num_threads, spec)
 
     def preprocess(self, image: Image.Image) -> np.ndarray:

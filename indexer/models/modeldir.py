@@ -8,13 +8,16 @@ MODELS/
           token_embedding_f16.bin, text_projection_f16.bin, vocab.json, merges.txt
                                               litert-community/CLIPSeg-rd64-LiteRT
   STANDIN.json                                only in stand-in directories
-  MODEL.json                                  {"model": KEY, "space": ...}: another registered
-                                              embedding model (indexer/models/registry.py)
+  MODEL.json                                  {"model": KEY, "space": ..., "folders": {"image":
+                                              ..., "text": ...}}: another registered model
+                                              family (indexer/models/registry.py), whose
+                                              entry's layout names those folders
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -62,13 +65,21 @@ def file_stamp(path: Path) -> list[int]:
 class ModelDir:
     root: Path
 
+    def _folder(self, side: str, default: str) -> Path:
+        """A side's folder: the family's own (MODEL.json), else SigLIP 2 B/16's layout."""
+        folders = (self.model_info or {}).get("folders") or {}
+        name = folders.get(side) if isinstance(folders, dict) else None
+        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+            name = default
+        return self.root / name
+
     @property
     def image_dir(self) -> Path:
-        return self.root / SIGLIP_IMAGE.key
+        return self._folder("image", SIGLIP_IMAGE.key)
 
     @property
     def text_dir(self) -> Path:
-        return self.root / SIGLIP_TEXT.key
+        return self._folder("text", SIGLIP_TEXT.key)
 
     @property
     def clipseg_dir(self) -> Path:
@@ -186,8 +197,9 @@ class ModelDir:
             return None
         return ShortText(path, int(rec["length"])) if fresh else None
 
-    def require(self, spec: ModelSpec) -> Path:
-        d = self.root / spec.key
+    def require(self, spec: ModelSpec, d: Path | None = None) -> Path:
+        """spec's folder (d: where this directory's layout puts it), or a one-line error."""
+        d = self.root / spec.key if d is None else d
         if not d.is_dir():
             raise ModelError(
                 f"{d}: {spec.title} not found (run `wherein models pull`, or point --models / WHEREIN_MODELS at a models directory)"
@@ -195,8 +207,14 @@ class ModelDir:
         return d
 
 
-def pull(root: Path, keys: list[str] | None = None, revision: str | None = None) -> list[Path]:
-    """Download the real models from the Hugging Face Hub into root (resumable, with progress).
+def pull(
+    root: Path,
+    keys: list[str] | None = None,
+    revision: str | None = None,
+    specs: Sequence[ModelSpec] = ALL_MODELS,
+) -> list[Path]:
+    """Download specs (those named by keys) from the Hugging Face Hub into root/<spec.key>
+    (resumable, with progress); a spec without a hub repository is built, not downloaded.
 
     Offline (HF_HUB_OFFLINE=1, or no network), a model already in the Hugging Face cache
     (HF_HOME / HF_HUB_CACHE, e.g. from an earlier open_clip run) is copied from there:
@@ -205,9 +223,9 @@ def pull(root: Path, keys: list[str] | None = None, revision: str | None = None)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    specs = [m for m in ALL_MODELS if keys is None or m.key in keys]
+    chosen = [m for m in specs if (keys is None or m.key in keys) and m.hub_repo]
     written = []
-    for spec in specs:
+    for spec in chosen:
         target = root / spec.key
         patterns = list(spec.hub_files) or None
         try:
@@ -234,7 +252,7 @@ def pull(root: Path, keys: list[str] | None = None, revision: str | None = None)
             ) from exc
         written.append(target)
     marker = root / STANDIN_MARKER
-    if marker.exists() and {m.key for m in specs} == {m.key for m in ALL_MODELS}:
+    if marker.exists() and {m.key for m in chosen} >= {m.key for m in ALL_MODELS}:
         marker.unlink()  # the directory now holds real models
     return written
 

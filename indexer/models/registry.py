@@ -16,86 +16,37 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from importlib.metadata import entry_points
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from wherein.indexer.models import siglip_family as K
+from wherein.indexer.models.families import siglip2_b32
+from wherein.indexer.models.family import (  # noqa: F401 - the seam's public names
+    CheckRows,
+    ImageEmbedder,
+    ModelEntry,
+    OptimizePart,
+    Segmenter,
+    TextEncoder,
+    Thresholds,
+)
+from wherein.indexer.models.modeldir import REAL_SPACE
 from wherein.schemas.errors import ModelError
-from wherein.schemas.models import SIGLIP2, SIGLIP_IMAGE, EmbedderSpec
+from wherein.schemas.models import SIGLIP2, SIGLIP_IMAGE, SIGLIP_TEXT
 
 if TYPE_CHECKING:
-    from PIL import Image
-
     from wherein.indexer.models.modeldir import ModelDir
 
 ENTRY_POINT_GROUP = "wherein.models"
-
-
-class ImageEmbedder(Protocol):
-    """Batches of preprocessed images -> unit vectors of `dim` in the model's space."""
-
-    spec: EmbedderSpec
-    model_id: str  # space plus the weights' digest: the index's record of its model
-    space: str
-    dim: int
-    batch_size: int
-    path: Path  # the weights' file (its name is kept in the catalog)
-
-    def preprocess(self, image: Image.Image) -> np.ndarray: ...
-
-    def embed(self, batch: np.ndarray) -> np.ndarray: ...
-
-
-class TextEncoder(Protocol):
-    """Prompts -> vectors in the image side's space, with the model's calibration."""
-
-    logit_scale: float  # the multiplier itself (exp of the model's parameter)
-    logit_bias: float
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
-
-    def probability(self, cosine: np.ndarray | float) -> np.ndarray: ...
-
-    def cosine_for_probability(self, p: float) -> float: ...
-
-
-class Segmenter(Protocol):
-    """A prompt -> condition, an image -> vision pass, both -> a probability map."""
-
-    def encode_prompt(self, text: str) -> np.ndarray: ...
-
-    def image_features(self, img: Image.Image) -> Any: ...  # the model's own pass type
-
-    def features_from(self, arrays: Sequence[np.ndarray]) -> Any: ...  # a stored pass back
-
-    def decode(self, features: Any, cond: np.ndarray) -> np.ndarray: ...
-
+# "module:function" items, comma-separated, each called like an entry point: a family in a
+# module that is not installed as a distribution (development, tests; Ray workers inherit it).
+PLUGINS_ENV = "WHEREIN_MODEL_PLUGINS"
 
 # (models, threads, text, image, cached) -> the segmenter; text=False / image=False leave that
 # side out (a worker given the condition; a driver that only computes it), cached: one per
 # models dir and thread count in this process (long-lived servers and mask sessions).
 LoadSegmenter = Callable[["ModelDir", int | None, bool, bool, bool], Segmenter]
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """One model family: its spec and how to load (or only name) its sides."""
-
-    spec: EmbedderSpec
-    load_image: Callable[[ModelDir, int | None], ImageEmbedder]
-    load_text: Callable[[ModelDir], TextEncoder]
-    # (model_id, model file name) as the loaded image side reports them, without loading it:
-    # embed's driver and status name the model this way.
-    identify: Callable[[ModelDir], tuple[str, str]]
-
-    @property
-    def key(self) -> str:
-        return self.spec.key
-
 
 _ENTRIES: dict[str, ModelEntry] = {}
 _SEGMENTERS: dict[str, LoadSegmenter] = {}
@@ -123,11 +74,24 @@ def _load_plugins() -> None:
         if _plugins_loaded:
             return
         _plugins_loaded = True
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
+        import os
+        from importlib import import_module
+        from importlib.metadata import entry_points
+
+        def from_env(value: str) -> Callable[[], Any]:
+            module, _, attr = value.partition(":")
+            return getattr(import_module(module), attr)
+
+        named: list[tuple[str, str, Callable[[], Any]]] = [
+            (ep.name, ep.value, ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)
+        ]
+        for value in filter(None, (v.strip() for v in os.environ.get(PLUGINS_ENV, "").split(","))):
+            named.append((value, value, functools.partial(from_env, value)))
+        for name, value, load in named:
             try:
-                ep.load()()
+                load()()
             except Exception as exc:  # a broken plugin must not take the built-in models down
-                raise ModelError(f"model plugin {ep.name!r} ({ep.value}) failed: {exc}") from None
+                raise ModelError(f"model plugin {name!r} ({value}) failed: {exc}") from None
 
 
 def entry(key: str) -> ModelEntry:
@@ -140,13 +104,41 @@ def entry(key: str) -> ModelEntry:
         raise ModelError(f"no model {key!r} is registered (known: {known})") from None
 
 
-def keys() -> list[str]:
-    _load_plugins()
+def keys(plugins: bool = True) -> list[str]:
+    """The registered families' keys; plugins=False: without loading plugins first."""
+    if plugins:
+        _load_plugins()
     return sorted(_ENTRIES)
 
 
 def entry_for(models: ModelDir) -> ModelEntry:
     return entry(models.model_key)
+
+
+def refuse_other_family(
+    recorded: str | None, models_family: str, index: Path, models: Path | None = None
+) -> None:
+    """One line when an index built by one family meets another family's models (searching
+    would compare unrelated spaces; indexing would throw every vector away). An index from
+    before families were recorded (None) is not judged here: its space is."""
+    if recorded is None or recorded == models_family:
+        return
+    raise ModelError(
+        f"the index at {index} was built with the {recorded} models, but "
+        f"{models if models is not None else 'the models directory in use'} holds "
+        f"{models_family}: point --models / WHEREIN_MODELS at {recorded} models, or use "
+        "another --index for these"
+    )
+
+
+def family_of_index(family: str | None, space: str | None) -> ModelEntry:
+    """The family an index was built with: the one it records, else (an index from before
+    families were recorded) the stand-ins or SigLIP 2 B/16, by its space."""
+    from wherein.indexer.models.modeldir import is_standin_space
+
+    if family:
+        return entry(family)
+    return STANDIN_ENTRY if is_standin_space(space) else SIGLIP2_ENTRY
 
 
 def load_image_embedder(models: ModelDir, threads: int | None = None) -> ImageEmbedder:
@@ -174,35 +166,39 @@ def load_segmenter(
     return load(models, threads, text, image, cached)
 
 
-# -- the built-in entries: SigLIP 2 (LiteRT image tower; LiteRT or open_clip text tower),
-#    its stand-ins (the same contract, another space), CLIPSeg ---------------------------------
-def _siglip_image(models: ModelDir, threads: int | None) -> ImageEmbedder:
-    from wherein.indexer.models.image_tower import ImageTower
-
-    return ImageTower.from_models(models, threads, entry_for(models).spec)
+def families(plugins: bool = True) -> list[ModelEntry]:
+    """Every registered family by key (plugins=False: those registered so far)."""
+    return [_ENTRIES[k] for k in keys(plugins)]
 
 
-def _siglip_text(models: ModelDir) -> TextEncoder:
-    # A converted text tower (.tflite) serves queries without torch; else open_clip.
-    from wherein.indexer.models.text_tower_litert import load_query_encoder
-
-    return load_query_encoder(str(models.root))
-
-
-def _siglip_identify(models: ModelDir) -> tuple[str, str]:
-    models.require(SIGLIP_IMAGE)
-    path = models.image_tower_file()
-    st = path.stat()
-    return _graph_id(models.space, path, st.st_size, st.st_mtime_ns), path.name
-
-
-@functools.lru_cache(maxsize=8)
-def _graph_id(space: str, graph: Path, size: int, mtime_ns: int) -> str:
-    """tower_id hashes the whole graph (hundreds of MB): once per file version, not per
-    /api/status request."""
-    from wherein.indexer.models.image_tower import tower_id
-
-    return tower_id(space, graph)
+# -- the built-in families: SigLIP 2 B/16 (the published LiteRT image tower; LiteRT or
+#    open_clip text tower), its stand-ins (the same contract, another space), the families
+#    under families/ (one line each), and the segmenter CLIPSeg ------------------------------
+B16 = K.SiglipFacts(
+    open_clip_name="ViT-B-16-SigLIP2",
+    hub_repo=SIGLIP_TEXT.hub_repo,
+    space=REAL_SPACE,
+    image_folder=SIGLIP_IMAGE.key,
+    text_folder=SIGLIP_TEXT.key,
+    timm_name="vit_base_patch16_siglip_224",
+    published=SIGLIP_IMAGE,
+)
+# Re-encodes, resizes and format conversions of one photo land at >= 0.95 with SigLIP 2;
+# different photos of the same scene usually below.
+SIGLIP2_ENTRY = register(K.siglip_entry(SIGLIP2, B16, Thresholds(near_duplicate=0.95)))
+_STANDIN_SPEC = dataclasses.replace(SIGLIP2, key="standin", title="stand-ins of SigLIP 2")
+# The stand-in embedding is colour histograms: every image of one colour is close (copies at
+# >= 0.9999, the same colour in another layout at 0.993, other colours <= 0.68).
+STANDIN_ENTRY = register(
+    dataclasses.replace(
+        SIGLIP2_ENTRY,
+        spec=_STANDIN_SPEC,
+        load_image=K.siglip_entry(_STANDIN_SPEC, B16).load_image,
+        pull=None,
+        thresholds=Thresholds(near_duplicate=0.998),
+    )
+)
+register(siglip2_b32.ENTRY)
 
 
 def _clipseg(
@@ -215,11 +211,4 @@ def _clipseg(
     return ClipSeg.load(models, threads, text=text, image=image)
 
 
-SIGLIP2_ENTRY = register(ModelEntry(SIGLIP2, _siglip_image, _siglip_text, _siglip_identify))
-STANDIN_ENTRY = register(
-    dataclasses.replace(
-        SIGLIP2_ENTRY,
-        spec=dataclasses.replace(SIGLIP2, key="standin", title="stand-ins of SigLIP 2"),
-    )
-)
 register_segmenter("clipseg", _clipseg)

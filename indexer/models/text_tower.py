@@ -70,7 +70,7 @@ class TextTower(CalibratedScores):
 
     @classmethod
     def from_models(cls, models: ModelDir) -> TextTower:
-        models.require(SIGLIP_TEXT)
+        models.require(SIGLIP_TEXT, models.text_dir)
         return cls(models.text_dir, models.space)
 
     def encode(self, texts: list[str]) -> np.ndarray:

@@ -231,6 +231,12 @@ def _catch_up(store: IndexStore, say) -> bool:
 
 
 def _check_same_model(cat: Catalog, es: EmbedSet, out: Path) -> None:
+    held = cat.get_meta("family")
+    if es.family is not None and held is not None and held != es.family:
+        raise S.ShardError(
+            f"{out}: was built with the {held} models; these shards were embedded with "
+            f"{es.family}: build a new index for them"
+        )
     model_id, dim = cat.get_meta("model_id"), int(cat.get_meta("dim", 0) or 0)
     if model_id and (model_id, dim) != (es.model_id, es.dim):
         raise S.ShardError(
@@ -241,6 +247,8 @@ def _check_same_model(cat: Catalog, es: EmbedSet, out: Path) -> None:
 
 def _set_meta(cat: Catalog, es: EmbedSet, append: bool) -> None:
     cat.set_meta("model_id", es.model_id)
+    if es.family is not None:
+        cat.set_meta("family", es.family)
     cat.set_meta("space", es.space)
     cat.set_meta("dim", es.dim)
     cat.set_meta("model_file", es.model_file)

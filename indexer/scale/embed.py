@@ -118,6 +118,7 @@ def embed(
         lambda: list_items(srcs, stats.problems),
         model_file,
         {"frame_every": frames.every, "max_frames": frames.max_frames},
+        entry_for(models).key,
     )
     # A resumed run samples as the first one did (open_plan refuses other settings).
     frames = FrameSettings(plan.sampling["frame_every"], plan.sampling["max_frames"], frames.chunk)

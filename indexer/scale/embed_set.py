@@ -99,6 +99,7 @@ class EmbedSet:
     dim: int
     model_file: str | None
     last_id: int  # the largest id any item of the set can have
+    family: str | None = None  # the model family (registry key); None: shards of older runs
 
     @property
     def count(self) -> int:
@@ -164,6 +165,7 @@ def open_set(dirs: list[str | Path], first_id: int = 1) -> EmbedSet:
         first["dim"],
         first.get("model_file"),
         offset,
+        first.get("family"),
     )
 
 

@@ -164,6 +164,7 @@ class Plan:
     sources: list[str] = field(default_factory=list)
     model_file: str = ""
     sampling: dict = field(default_factory=dict)  # frame_every, max_frames (sampling of videos)
+    family: str | None = None  # the model family (registry key); None in older plans
 
     @property
     def shards(self) -> int:
@@ -202,6 +203,7 @@ def open_plan(
     list_items,
     model_file: str = "",
     sampling: dict | None = None,
+    family: str | None = None,
 ) -> tuple[Plan, bool]:
     """Load the plan of an earlier run (resume) or list the sources and fix a new one. (plan, resumed).
     sampling: how videos are sampled (frame_every, max_frames), fixed by the first run too."""
@@ -239,6 +241,7 @@ def open_plan(
             meta["sources"],
             model_file,
             dict(planned),
+            family,
         ), True
     items: list[Item] = list_items()
     size = shard_size or 10_000
@@ -265,13 +268,23 @@ def open_plan(
         "model_id": model_id,
         "model_file": model_file,
         "space": space,
+        "family": family,
         "dim": dim,
         "items_sha256": digest,
         "sampling": dict(sampling or {}),
     }
     write_atomic(side, json.dumps(meta, indent=2).encode())
     return Plan(
-        out, size, len(items), model_id, space, dim, sources, model_file, dict(sampling or {})
+        out,
+        size,
+        len(items),
+        model_id,
+        space,
+        dim,
+        sources,
+        model_file,
+        dict(sampling or {}),
+        family,
     ), False
 
 
@@ -415,6 +428,7 @@ def write_manifest(plan: Plan) -> dict:
         "model_id": plan.model_id,
         "model_file": plan.model_file,
         "space": plan.space,
+        "family": plan.family,
         "dim": plan.dim,
         "sources": plan.sources,
         "shard_size": plan.shard_size,

@@ -36,6 +36,7 @@ class IndexStatus:
     videos_incomplete: int = 0  # a run stopped mid-video: the next index run finishes them
     video_damage: list[dict[str, str]] = field(default_factory=list)  # {"path", "damage"}
     models: dict | None = None  # models_report(): would these models keep the vectors?
+    family: str | None = None  # the model family that built the vectors (registry key)
     check: dict | None = None  # {"ok", "problems", "repaired"} after `status --check`
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,6 +52,7 @@ class IndexStatus:
             "model_id": self.model_id,
             "model_file": self.model_file,
             "space": self.space,
+            "family": self.family,
             "dim": self.dim,
             "generation": self.generation,
             "schema_version": self.schema_version,
@@ -96,6 +98,7 @@ def index_status(store: IndexStore) -> IndexStatus:
         model_id=cat.get_meta("model_id"),
         model_file=cat.get_meta("model_file"),
         space=cat.get_meta("space"),
+        family=cat.get_meta("family"),
         dim=int(dim) if dim is not None else None,
         generation=cat.generation,
         schema_version=cat.schema_version,
@@ -117,7 +120,12 @@ def models_report(models, index_model_id: str | None) -> dict[str, Any]:
     from wherein.indexer.models.registry import entry_for
     from wherein.schemas.errors import ModelError
 
-    out: dict[str, Any] = {"dir": str(models.root), "standin": models.is_standin, "model_id": None}
+    out: dict[str, Any] = {
+        "dir": str(models.root),
+        "standin": models.is_standin,
+        "family": models.model_key,
+        "model_id": None,
+    }
     try:
         out["model_id"] = entry_for(models).identify(models)[0]
     except (ModelError, OSError) as exc:

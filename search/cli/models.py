@@ -12,7 +12,6 @@ from pathlib import Path
 
 import click
 
-from wherein.schemas.models import ALL_MODELS
 from wherein.search.cli.options import (
     echo_json,
     friendly_errors,
@@ -20,6 +19,7 @@ from wherein.search.cli.options import (
     models_option,
     standin_banner,
 )
+from wherein.search.service import models as M
 
 
 @click.group()
@@ -34,7 +34,14 @@ def register(cli: click.Group) -> None:
 # -- pull ----------------------------------------------------------------------
 @models.command("pull")
 @models_option
-@click.option("--only", type=click.Choice([m.key for m in ALL_MODELS]), multiple=True)
+@click.option(
+    "--model",
+    "model",
+    type=click.Choice(M.pullable()),
+    default=None,
+    help="The model family to pull [default: the one the models directory holds, else siglip2].",
+)
+@click.option("--only", type=click.Choice(M.model_folders()), multiple=True)
 @click.option(
     "--no-optimize",
     is_flag=True,
@@ -43,15 +50,14 @@ def register(cli: click.Group) -> None:
 # The default now; the flag is kept for scripts that pass it.
 @click.option("--optimize", "_optimize", is_flag=True, hidden=True)
 @friendly_errors
-def pull(models_dir, only, no_optimize, _optimize):
+def pull(models_dir, model, only, no_optimize, _optimize):
     """Download the real models from the Hugging Face Hub (resumable), then switch to the
     fastest set-up verified here: int8 graphs where this CPU runs them faster, a 16-position
     CLIPSeg text graph and a LiteRT text tower (searches start without torch)."""
     from wherein.search.cli.optimize import finish, show_self_test
-    from wherein.search.service import models as M
     from wherein.search.service.feedback import Feedback
 
-    result = M.pull(models_dir, only, not no_optimize, Feedback(say=click.echo))
+    result = M.pull(models_dir, only, not no_optimize, Feedback(say=click.echo), model)
     if result.optimized is not None:  # optimize's report ends with the self-test
         finish(result.optimized, "table")
         click.echo(
@@ -85,7 +91,6 @@ def pull(models_dir, only, no_optimize, _optimize):
 def check(directory, models_dir, self_test, fmt):
     """Load each model and verify its input/output contract (DIRECTORY: instead of --models)."""
     from wherein.search.cli.optimize import show_self_test
-    from wherein.search.service import models as M
     from wherein.search.service.feedback import Feedback
 
     result = M.check(directory or models_dir, self_test, Feedback(on_models=standin_banner))
@@ -132,7 +137,7 @@ def _batches(_ctx, _param, value: str) -> list[int]:
 
 
 @models.command("convert")
-@click.argument("tower", type=click.Choice(["siglip2", "siglip2-text"]))
+@click.argument("tower", type=click.Choice([M.IMAGE_TOWER, M.TEXT_TOWER, *M.convertible()]))
 @click.option(
     "--out",
     "out",
@@ -177,14 +182,14 @@ def _batches(_ctx, _param, value: str) -> list[int]:
 @json_option
 @friendly_errors
 def convert(tower, out, batches, precision, source, random_weights, config, seed, models_dir, fmt):
-    """Convert a SigLIP 2 tower to LiteRT and prove it equal to PyTorch.
+    """Convert a SigLIP 2 tower to LiteRT and prove it equal to PyTorch; given another model
+    family, build its whole models directory with --random-weights (tests, benches).
 
     \b
       wherein models convert siglip2 --precision int8          (into --models / WHEREIN_MODELS)
       wherein models convert siglip2-text --out ~/models        (reads and writes ~/models)
     """
     from wherein.schemas.errors import UsageError
-    from wherein.search.service import models as M
     from wherein.search.service.feedback import Feedback
 
     log = (lambda s: click.echo(s, err=True)) if fmt == "json" else click.echo
@@ -228,7 +233,6 @@ def convert(tower, out, batches, precision, source, random_weights, config, seed
 def verify(directory, images, count, models_dir, fmt):
     """Run each LiteRT graph beside its PyTorch reference; exit 1 below the pass marks."""
     from wherein.search.output import table
-    from wherein.search.service import models as M
     from wherein.search.service.feedback import Feedback
 
     say = Feedback(say=lambda s: click.echo(s, err=True))

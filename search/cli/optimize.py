@@ -15,7 +15,7 @@ from wherein.search.cli.options import (
     json_option,
     models_option,
 )
-from wherein.search.service.models import PARTS
+from wherein.search.service import models as M
 
 
 def register(cli: click.Group) -> None:
@@ -57,7 +57,10 @@ def show_self_test(result, fmt: str = "table") -> None:
 @models_option
 @index_option
 @click.option(
-    "--only", type=click.Choice(PARTS), multiple=True, help="Optimize only these (repeatable)."
+    "--only",
+    type=click.Choice(M.optimize_parts()),
+    multiple=True,
+    help="Optimize only these (repeatable).",
 )
 @click.option("--force", is_flag=True, help="Rebuild and re-verify graphs that are current.")
 @click.option(
@@ -95,7 +98,6 @@ def optimize(models_dir, index_dir, only, force, yes, count, min_speedup, no_sel
 
     Re-runnable: graphs that are current are left alone (--force rebuilds them).
     """
-    from wherein.search.service import models as M
     from wherein.search.service.feedback import Feedback
 
     quiet = fmt != "table"
@@ -103,7 +105,7 @@ def optimize(models_dir, index_dir, only, force, yes, count, min_speedup, no_sel
     result = M.optimize(
         models_dir,
         index_dir,
-        only or PARTS,
+        only,
         _confirm(yes),
         force,
         count,

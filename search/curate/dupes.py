@@ -9,11 +9,12 @@ group is a chain of near-identical pairs: A~B and B~C put A and C together
 even when A and C alone fall just below the threshold (each member's ``score``
 is its cosine with the keeper, which shows that).
 
-Default threshold, by the index's embedding space:
+Default threshold: the index's model family says it (its registry entry's
+``thresholds.near_duplicate``; an index from before families were recorded is
+SigLIP 2 B/16's or the stand-ins', by its space; an unknown family 0.95):
 
-- real SigLIP 2 (and any unknown space): 0.95. Re-encodes, resizes and format
-  conversions of one photo land at >= 0.95; different photos of the same
-  scene usually below.
+- SigLIP 2: 0.95. Re-encodes, resizes and format conversions of one photo land
+  at >= 0.95; different photos of the same scene usually below.
 - the stand-in models: 0.998. The stand-in embedding is a colour histogram plus
   a 4x4 spatial colour histogram, so every image of one colour is close:
   measured on the test drawings, copies (JPEG q60, 50% resize, PNG -> JPEG) are
@@ -37,23 +38,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from wherein.indexer.models.modeldir import is_standin_space
+from wherein.indexer.models.family import Thresholds
+from wherein.indexer.models.registry import family_of_index
 from wherein.indexer.normalize import unit_rows
-from wherein.schemas.errors import UsageError
+from wherein.schemas.errors import ModelError, UsageError
 from wherein.schemas.records import Hit
 from wherein.search.curate import video_dupes as VD
 from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, tie_key
 
-REAL_THRESHOLD = 0.95
-STANDIN_THRESHOLD = 0.998
 _APPROX_MARGIN = 0.01  # SQ8 scores are off by ~1e-3: search wider, cut on exact scores
 
 
-def default_threshold(space: str | None) -> float:
-    """The near-duplicate cosine for an index's embedding space (see the module docstring)."""
-    if is_standin_space(space):
-        return STANDIN_THRESHOLD
-    return REAL_THRESHOLD
+def default_threshold(family: str | None, space: str | None) -> float:
+    """The near-duplicate cosine of an index's model family (see the module docstring)."""
+    try:
+        return family_of_index(family, space).thresholds.near_duplicate
+    except ModelError:  # a family no longer installed: the usual cut-off
+        return Thresholds().near_duplicate
 
 
 @dataclass
@@ -98,7 +99,7 @@ def find_duplicates(
     """Duplicate groups of an open IndexStore; threshold None = the space's default."""
     cat = store.catalog
     if threshold is None and not exact_only:
-        threshold = default_threshold(cat.get_meta("space"))
+        threshold = default_threshold(cat.get_meta("family"), cat.get_meta("space"))
     if threshold is not None and not -1.0 <= threshold <= 1.0:
         raise UsageError("--threshold is a cosine: between -1 and 1")
     frames = VD.Frames(cat)

@@ -15,16 +15,49 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wherein.schemas.errors import ModelError
-from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE, SIGLIP_TEXT
+from wherein.schemas.models import SIGLIP_TEXT
 from wherein.search.service.feedback import QUIET, Feedback
 
 if TYPE_CHECKING:
     from wherein.indexer.models.optimize.selftest import SelfTest
     from wherein.indexer.models.optimize.service import Report
 
-# What optimize can build, in the order it runs them (indexer/models/optimize/service.py
-# has the same tuple; it is not imported here: the CLI's import must stay light).
-PARTS = (SIGLIP_IMAGE.key, CLIPSEG.key, SIGLIP_TEXT.key)
+
+# -- what the registered families offer (the CLI's choices) -------------------------------------
+def _families() -> list[Any]:
+    """Every registered family; a plugin that fails to load is left out here (the CLI's
+    choices are made at import) and named when a command asks for it."""
+    from wherein.indexer.models.registry import families
+    from wherein.schemas.errors import ModelError
+
+    try:
+        return families()
+    except ModelError:
+        return families(plugins=False)
+
+
+def pullable() -> list[str]:
+    """The families `models pull --model` downloads."""
+    return [f.key for f in _families() if f.pull is not None]
+
+
+def convertible() -> list[str]:
+    """The families `models convert FAMILY --random-weights` builds whole."""
+    return [f.key for f in _families() if f.convert_random is not None]
+
+
+def model_folders() -> list[str]:
+    """Every folder a pull writes (`models pull --only`): each family's, then CLIPSeg's."""
+    from wherein.schemas.models import CLIPSEG
+
+    return list(dict.fromkeys([m.key for f in _families() for m in f.layout] + [CLIPSEG.key]))
+
+
+def optimize_parts() -> list[str]:
+    """What `models optimize` can build, over all families, in the order it runs them."""
+    return list(dict.fromkeys(p for f in _families() for p in f.parts()))
+
+
 # confirm(estimate) -> switch the image tower now (the next index re-embeds)? None: nobody
 # can be asked, and a switch that re-embeds an index is not made.
 Confirm = Callable[[dict], bool] | None
@@ -63,7 +96,7 @@ class OptimizeResult:
 def optimize(
     models_dir: Path | None = None,
     index_dir: Path | None = None,
-    parts: Sequence[str] = PARTS,
+    parts: Sequence[str] = (),
     confirm: Confirm = None,
     force: bool = False,
     count: int = 32,
@@ -85,7 +118,7 @@ def optimize(
     report = optimize_models(
         md,
         P.index_dir(index_dir),
-        parts or PARTS,
+        parts or None,
         confirm,
         force,
         count,
@@ -122,25 +155,30 @@ def pull(
     only: Sequence[str] = (),
     optimize: bool = True,
     feedback: Feedback = QUIET,
+    model: str | None = None,
 ) -> PullResult:
     """Download the real models (resumable), then switch to the fastest set-up verified here.
 
-    only: these models only (then no self-test: it needs all of them). The switch of the
-    image tower is accepted: pulling asked for the set-up. The verification photos are
-    those of the default index (WHEREIN_INDEX or the per-user one), else the bundled
-    sample.
+    model: the family to pull (a registry key; default: the one models_dir holds, else
+    SigLIP 2 B/16). only: these folders only (then no self-test: it needs all of them). The
+    switch of the image tower is accepted: pulling asked for the set-up. The verification
+    photos are those of the default index (WHEREIN_INDEX or the per-user one), else the
+    bundled sample.
     """
     from wherein.indexer import paths as P
     from wherein.indexer.models.optimize.service import setup_models
+    from wherein.indexer.models.registry import entry
 
     root = P.models_dir(models_dir)
+    family = entry(model) if model else None
     written, report = setup_models(
-        root, list(only) or None, P.index_dir(None), optimize, feedback.say
+        root, list(only) or None, P.index_dir(None), optimize, feedback.say, family
     )
     result = PullResult(root, written)
+    testable = not only and (family is None or family.self_test)
     if report is not None:
-        result.optimized = OptimizeResult(report, None if only else self_test(root))
-    elif not only:
+        result.optimized = OptimizeResult(report, self_test(root) if testable else None)
+    elif testable:
         result.self_test = self_test(root)
     return result
 
@@ -181,6 +219,7 @@ def check(
     from wherein.indexer import paths as P
     from wherein.indexer.models.check import check_models
     from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.registry import entry_for
 
     root = P.models_dir(models_dir)
     if not root.is_dir() or not any(root.iterdir()):
@@ -192,7 +231,8 @@ def check(
     feedback.models(ModelDir(root))
     rows, ok = check_models(root)
     result = CheckResult(root, rows, ok)
-    if ok and run_self_test:
+    # A family whose contract held is registered: its entry says whether the test applies.
+    if ok and run_self_test and entry_for(ModelDir(root)).self_test:
         result.self_test = self_test(root)
     return result
 
@@ -225,6 +265,8 @@ def convert(
 
     The text tower converts from real weights only, at fp32 or fp16; its source defaults to
     the siglip2-text folder of models_dir (the graph must sit beside its tokenizer files).
+    A registered family that converts whole (tower: its key, convertible()) builds the
+    directory `models pull --model KEY` makes, both towers, with random weights.
     """
     from wherein.indexer import paths as P
     from wherein.indexer.models.convert import build as C
@@ -232,6 +274,8 @@ def convert(
     from wherein.schemas.errors import UsageError
 
     root = P.models_dir(models_dir)
+    if tower not in (IMAGE_TOWER, TEXT_TOWER):
+        return _convert_family(tower, root, random_weights, config, seed, feedback)
     if tower == IMAGE_TOWER:
         src = parse_source(source, random_weights, config, seed)
         manifest = C.convert_image_tower(src, root, list(batches), precision, log=feedback.say)
@@ -244,6 +288,23 @@ def convert(
         source = f"local-dir:{root / SIGLIP_TEXT.key}"
     manifest = C.convert_text_tower(parse_source(source), root, precision, log=feedback.say)
     return ConvertResult(tower, manifest)
+
+
+def _convert_family(
+    key: str, root: Path, random_weights: bool, config: str, seed: int, feedback: Feedback
+) -> ConvertResult:
+    from wherein.indexer.models.registry import entry
+    from wherein.schemas.errors import UsageError
+
+    family = entry(key)
+    if family.convert_random is None:
+        raise UsageError(f"the {key} models do not convert here")
+    if not random_weights:
+        raise UsageError(
+            f"{key} converts with --random-weights (tests, benches); its trained weights come "
+            f"with `wherein models pull --model {key}`"
+        )
+    return ConvertResult(key, family.convert_random(root, config, seed, feedback.say))
 
 
 # -- verify ---------------------------------------------------------------------------------

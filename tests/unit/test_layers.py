@@ -61,11 +61,18 @@ def _media_kinds(root: Path) -> list[str]:
     raise AssertionError("indexer/kinds/registry.py: KIND_MODULES not found")
 
 
+def _model_plugins(root: Path) -> list[str]:
+    """WHEREIN_MODEL_PLUGINS names modules outside wherein (a family under development, a
+    test's): none of wherein's own, so no arrow in this graph."""
+    return []
+
+
 # A file whose import_module takes a computed name -> the modules that name can be.
 DYNAMIC: dict[str, Callable[[Path], list[str]]] = {
     "search/cli/__init__.py": _cli_commands,
     "search/export/formats.py": _export_codecs,
     "indexer/kinds/registry.py": _media_kinds,
+    "indexer/models/registry.py": _model_plugins,
 }
 
 

@@ -30,10 +30,17 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer.models.convert.quiet import quiet
-from wherein.indexer.models.convert.towers import Source, image_module, state_digest, text_module
+from wherein.indexer.models.convert.towers import (
+    B16,
+    Source,
+    Target,
+    image_module,
+    state_digest,
+    text_module,
+)
 from wherein.indexer.models.image_tower import file_digest
 from wherein.schemas.errors import ModelError
-from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE, SIGLIP_IMAGE_SIZE, SIGLIP_TEXT
+from wherein.schemas.models import SIGLIP_IMAGE, SIGLIP_IMAGE_SIZE, SIGLIP_TEXT
 
 PRECISIONS = ("fp32", "fp16", "int8")
 MANIFEST = "manifest.json"
@@ -93,7 +100,8 @@ def random_images(n: int, seed: int = 0, size: int = SIGLIP_IMAGE_SIZE) -> np.nd
     for i in range(n):
         g = int(rng.choice([1, 2, 4, 7, 8, 14]))
         grid = rng.uniform(-1, 1, (3, g, g)).astype(np.float32)
-        img = np.repeat(np.repeat(grid, size // g, axis=1), size // g, axis=2)
+        cell = -(-size // g)  # a grid that does not divide the size is cut at its edge
+        img = np.repeat(np.repeat(grid, cell, axis=1), cell, axis=2)[:, :size, :size]
         out[i] = np.clip(img + rng.normal(0, 0.1, img.shape), -1, 1)
     return out
 
@@ -213,8 +221,8 @@ def _write_graph(signatures, final: Path, precision: str) -> None:
         final.with_name(final.name + ".tmp").unlink(missing_ok=True)
 
 
-def image_file_name(precision: str, batches: list[int]) -> str:
-    return f"siglip2_image_{precision}_b{'-'.join(str(b) for b in batches)}.tflite"
+def image_file_name(precision: str, batches: list[int], prefix: str = B16.file_prefix) -> str:
+    return f"{prefix}_{precision}_b{'-'.join(str(b) for b in batches)}.tflite"
 
 
 def normalise_batches(batches: list[int]) -> list[int]:
@@ -231,8 +239,10 @@ def convert_image_tower(
     precision: str = "fp32",
     parity_count: int = PARITY_COUNT,
     log: Callable[[str], None] = print,
+    target: Target = B16,
 ) -> dict:
-    """Convert, check against torch, write graph + manifest into OUT/siglip2-image; return the manifest."""
+    """Convert, check against torch, write graph + manifest into OUT/<the family's image
+    folder> (siglip2-image); return the manifest."""
     import torch
 
     from wherein.indexer.models.litert_graph import LiteRTGraph
@@ -241,7 +251,7 @@ def convert_image_tower(
     if precision not in PRECISIONS:
         raise ModelError(f"precision must be one of {', '.join(PRECISIONS)}")
     batches = normalise_batches(batches)
-    out_dir = Path(out_root) / SIGLIP_IMAGE.key
+    out_dir = Path(out_root) / target.image_folder
     if source.kind == "random" and _holds_trained_tower(out_dir):
         # The manifest would win over the real tower and the index would fill with noise.
         raise ModelError(
@@ -249,16 +259,16 @@ def convert_image_tower(
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     log(f"building the torch tower: {source.describe()}")
-    module = image_module(source)
+    module = image_module(source, target)
     digest = state_digest(module)
-    size = SIGLIP_IMAGE_SIZE
+    size = target.size
     sigs = [(signature_name(b), module, (torch.zeros(b, 3, size, size),)) for b in batches]
-    final = out_dir / image_file_name(precision, batches)
+    final = out_dir / image_file_name(precision, batches, target.file_prefix)
     t0 = time.perf_counter()
     log(f"converting {', '.join(s[0] for s in sigs)} ({precision}) -> {final}")
     _write_graph(sigs, final, precision)
     seconds = time.perf_counter() - t0
-    x = random_images(parity_count, seed=1234)
+    x = random_images(parity_count, seed=1234, size=size)
     ref = torch_embed(module, x)
     graph = LiteRTGraph(final, None)
     figures, problems = {}, []
@@ -276,7 +286,7 @@ def convert_image_tower(
         )
     manifest = {
         "format": FORMAT,
-        "model": SIGLIP_IMAGE.key,
+        "model": target.image_folder,
         "file": final.name,
         "sha256": file_digest(final),
         "source": {**source.to_json(), "state_digest": digest},
@@ -286,7 +296,7 @@ def convert_image_tower(
             signature_name(b): {
                 "batch": b,
                 "inputs": {"args_0": [b, 3, size, size]},
-                "outputs": {"output_0": [b, SIGLIP_EMBED_DIM]},
+                "outputs": {"output_0": [b, target.dim]},
             }
             for b in batches
         },
@@ -386,9 +396,14 @@ def _special_ids(reference, recipe: dict, out_dir: Path) -> tuple[list[int], lis
 
 
 def convert_text_tower(
-    source: Source, out_root: Path, precision: str = "fp32", log: Callable[[str], None] = print
+    source: Source,
+    out_root: Path,
+    precision: str = "fp32",
+    log: Callable[[str], None] = print,
+    folder: str = SIGLIP_TEXT.key,
 ) -> dict:
-    """Convert the text tower to OUT/siglip2-text/text_tower.tflite + manifest.json."""
+    """Convert the text tower to OUT/<folder>/text_tower.tflite + manifest.json (folder: the
+    family's text folder, siglip2-text)."""
     import open_clip
     import torch
 
@@ -397,7 +412,7 @@ def convert_text_tower(
     need_convert_extra()
     if precision not in ("fp32", "fp16"):
         raise ModelError("the text tower converts at fp32 or fp16")
-    out_dir = Path(out_root) / SIGLIP_TEXT.key
+    out_dir = Path(out_root) / folder
     out_dir.mkdir(parents=True, exist_ok=True)
     log(f"building the torch text tower: {source.describe()}")
     module, scale, bias, ctx = text_module(source)
@@ -422,7 +437,7 @@ def convert_text_tower(
         ref = module(torch.from_numpy(theirs)).float().numpy()
     manifest = {
         "format": FORMAT,
-        "model": SIGLIP_TEXT.key,
+        "model": folder,
         "file": final.name,
         "sha256": file_digest(final),
         "source": {**source.to_json(), "state_digest": state_digest(module)},
@@ -431,7 +446,7 @@ def convert_text_tower(
             "serving_default": {
                 "batch": 1,
                 "inputs": {"args_0": [1, ctx]},
-                "outputs": {"output_0": [1, SIGLIP_EMBED_DIM]},
+                "outputs": {"output_0": [1, int(ref.shape[1])]},
             }
         },
         "output": "L2-normalised",

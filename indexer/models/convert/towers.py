@@ -17,7 +17,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from wherein.schemas.errors import ModelError
-from wherein.schemas.models import SIGLIP_EMBED_DIM, SIGLIP_IMAGE_SIZE, SIGLIP_TEXT
+from wherein.schemas.models import (
+    SIGLIP_EMBED_DIM,
+    SIGLIP_IMAGE,
+    SIGLIP_IMAGE_SIZE,
+    SIGLIP_TEXT,
+)
 
 REAL_SOURCE = f"hf-hub:{SIGLIP_TEXT.hub_repo}"  # open_clip ViT-B-16-SigLIP2 (webli)
 TIMM_NAME = "vit_base_patch16_siglip_224"  # the timm trunk of that model
@@ -26,6 +31,22 @@ TIMM_NAME = "vit_base_patch16_siglip_224"  # the timm trunk of that model
 SMALL_VIT = {"embed_dim": 64, "depth": 2, "num_heads": 2}
 CONFIGS = ("full", "small")
 KINDS = ("hub", "local-dir", "random", "standin")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a family's converted image tower takes and gives, and where its graphs go (a model
+    family's entry passes its own; the default is SigLIP 2 ViT-B/16's)."""
+
+    image_folder: str = SIGLIP_IMAGE.key
+    text_folder: str = SIGLIP_TEXT.key
+    size: int = SIGLIP_IMAGE_SIZE
+    dim: int = SIGLIP_EMBED_DIM
+    timm_name: str = TIMM_NAME  # the trunk a `random` source builds
+    file_prefix: str = "siglip2_image"
+
+
+B16 = Target()
 
 
 @dataclass(frozen=True)
@@ -170,8 +191,8 @@ def _normalised(trunk):
     return Normalised(trunk).eval()
 
 
-def image_module(source: Source):
-    """[B,3,224,224] in (x-0.5)/0.5 -> [B,768] unit vectors, as a torch module in eval mode."""
+def image_module(source: Source, target: Target = B16):
+    """[B,3,size,size] in (x-0.5)/0.5 -> [B,dim] unit vectors, as a torch module in eval mode."""
     import torch
 
     if source.kind == "standin":
@@ -184,8 +205,10 @@ def image_module(source: Source):
         torch.manual_seed(source.seed)
         kwargs = {"num_classes": 0, "global_pool": "map"}
         if source.config == "small":
-            kwargs = {"num_classes": SIGLIP_EMBED_DIM, "global_pool": "map", **SMALL_VIT}
-        trunk = timm.create_model(TIMM_NAME, pretrained=False, img_size=SIGLIP_IMAGE_SIZE, **kwargs)
+            kwargs = {"num_classes": target.dim, "global_pool": "map", **SMALL_VIT}
+        trunk = timm.create_model(
+            target.timm_name, pretrained=False, img_size=target.size, **kwargs
+        )
         return _normalised(trunk.eval())
     model = _open_clip_model(source)
     visual = model.visual

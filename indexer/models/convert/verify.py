@@ -29,6 +29,7 @@ from wherein.indexer.models.convert.build import (
 from wherein.indexer.models.convert.towers import (
     REAL_SOURCE,
     Source,
+    Target,
     image_module,
     state_digest,
     text_module,
@@ -36,11 +37,12 @@ from wherein.indexer.models.convert.towers import (
 from wherein.indexer.models.image_tower import file_digest
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.schemas.errors import ModelError, WhereinError
+from wherein.schemas.models import SIGLIP_IMAGE_SIZE
 
 COLUMNS = ["model", "signature", "precision", "pearson", "max_abs_diff", "top10", "status"]
 
 
-def load_images(directory: Path, count: int) -> np.ndarray:
+def load_images(directory: Path, count: int, size: int = SIGLIP_IMAGE_SIZE) -> np.ndarray:
     from wherein.indexer.imaging import DecodeError, decode, is_image_name, siglip_input
 
     arrays = []
@@ -49,7 +51,7 @@ def load_images(directory: Path, count: int) -> np.ndarray:
             img, _ = decode(path)
         except DecodeError:
             continue
-        arrays.append(siglip_input(img))
+        arrays.append(siglip_input(img, size))
         if len(arrays) >= count:
             break
     if len(arrays) < 2:
@@ -107,8 +109,8 @@ def verify_image(
     try:
         graph_path = md.image_tower_file()
     except WhereinError as exc:
-        return [_row("siglip2-image", "-", "-", status="FAIL", note=str(exc))]
-    name = f"siglip2-image/{graph_path.name}"
+        return [_row(md.image_dir.name, "-", "-", status="FAIL", note=str(exc))]
+    name = f"{md.image_dir.name}/{graph_path.name}"
     if manifest_path.is_file():
         manifest = _read_manifest(manifest_path)
         source = Source.from_json(manifest.get("source", {}))
@@ -123,12 +125,14 @@ def verify_image(
         ]
     try:
         log(f"{name}: reference {source.describe()}")
-        module = image_module(source)
-        _check_pinned(manifest, graph_path, module)
         graph = LiteRTGraph(graph_path, None)
+        # The family's input size, as the graph takes it (B/16: 224; B/32: 256).
+        size = graph.signatures["serving_default"].input_shapes[0][-1]
+        module = image_module(source, Target(size=size))
+        _check_pinned(manifest, graph_path, module)
     except WhereinError as exc:
         return [_row(name, "-", precision, status="FAIL", note=str(exc))]
-    x = load_images(images, count) if images else random_images(count, seed=7)
+    x = load_images(images, count, size) if images else random_images(count, seed=7, size=size)
     ref = torch_embed(module, x)
     rows = []
     for sig in graph.signatures:
@@ -144,7 +148,7 @@ def verify_text(md: ModelDir, log: Callable[[str], None]) -> list[dict]:
     d = md.text_dir
     if not (d / TEXT_GRAPH).is_file() or not (d / TEXT_MANIFEST).is_file():
         return []
-    name = f"siglip2-text/{TEXT_GRAPH}"
+    name = f"{d.name}/{TEXT_GRAPH}"
     try:
         manifest = _read_manifest(d / TEXT_MANIFEST)
         precision = manifest.get("precision", "fp32")

@@ -388,6 +388,7 @@ class _ImageTower(_Int8):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.key = self.md.image_dir.name  # the family's image folder
         self.source, self.manifest = image_source(self.md)
 
     def gates(self) -> tuple[Gate, ...]:
@@ -464,7 +465,7 @@ def _source_manifest(md: ModelDir, source: Path, sha256: str, torch_source: dict
 
     return {
         "format": FORMAT,
-        "model": SIGLIP_IMAGE.key,
+        "model": md.image_dir.name,
         "file": source.name,
         "sha256": sha256,
         "source": torch_source,
@@ -501,7 +502,7 @@ def adopt_image(md: ModelDir, outcome: Outcome) -> None:
     _, manifest = image_source(md)
     manifest = {
         "format": FORMAT,
-        "model": SIGLIP_IMAGE.key,
+        "model": md.image_dir.name,
         "file": path.name,
         "sha256": file_digest(path),
         "source": _torch_source(md, manifest),
@@ -737,6 +738,10 @@ class _TextTower(Pipeline):
 
     key = SIGLIP_TEXT.key
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.key = self.md.text_dir.name  # the family's text folder
+
     def gates(self) -> tuple[Gate, ...]:
         return (self.in_use, self.unavailable, self.missing)
 
@@ -779,6 +784,7 @@ class _TextTower(Pipeline):
             parse_source(f"local-dir:{self.md.text_dir}"),
             self.md.root,
             log=lambda s: self.log("  " + s),
+            folder=self.md.text_dir.name,
         )
         return self.md.text_dir / TEXT_GRAPH, manifest
 

@@ -82,7 +82,8 @@ def image_tower_figures(
     source: LiteRTGraph, candidate: LiteRTGraph, images: Sequence[Image.Image], timing: int = 16
 ) -> dict:
     """{"signatures": {sig: parity}, "failed": [...], "ms_per_image": {...}, "n": n}."""
-    x = np.stack([siglip_input(im) for im in images]).astype(np.float32)
+    size = source.signatures["serving_default"].input_shapes[0][-1]  # the family's input
+    x = np.stack([siglip_input(im, size) for im in images]).astype(np.float32)
     ref = litert_embed(source, "serving_default", x)
     figures, failed = {}, []
     for key in candidate.signatures:

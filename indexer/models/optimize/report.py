@@ -18,7 +18,7 @@ from wherein.indexer.models.optimize.compare import (
     MIN_TEXT_CORR,
 )
 from wherein.schemas.errors import WhereinError
-from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE, SIGLIP_TEXT
+from wherein.schemas.models import CLIPSEG
 
 NOT_USED = "not used"
 
@@ -51,7 +51,7 @@ def optimized_rows(md: ModelDir) -> list[dict]:
             found = f"failed: {'; '.join(rec.get('figures', {}).get('failed', []))}; {found}"
         rows.append(
             {
-                "model": SIGLIP_IMAGE.key,
+                "model": md.image_dir.name,
                 "file": rec.get("candidate", "?"),
                 "expected": f"int8 vs {rec.get('from')}: corr >= {MIN_CORR['int8']}, top-10 >= {MIN_TOP10['int8']}",
                 "found": found,
@@ -93,7 +93,7 @@ def optimized_rows(md: ModelDir) -> list[dict]:
     if fig:
         rows.append(
             {
-                "model": SIGLIP_TEXT.key,
+                "model": md.text_dir.name,
                 "file": text.get("file", "text_tower.tflite"),
                 "expected": f"LiteRT vs open_clip: corr >= {MIN_TEXT_CORR}",
                 "found": f"corr {fig['pearson']:.6f}, max |diff| {fig['max_abs_diff']:.1e}",

@@ -40,6 +40,7 @@ from wherein.schemas.models import (
     SIGLIP_MEAN,
     SIGLIP_PROMPT_TEMPLATE,
     SIGLIP_STD,
+    EmbedderSpec,
 )
 
 # Wiring thresholds (see module docstring).
@@ -96,10 +97,9 @@ class SelfTest:
 
 
 # -- independent preprocessing, from the contract ------------------------------
-def reference_siglip(img: Image.Image) -> np.ndarray:
-    x = np.asarray(
-        img.convert("RGB").resize((SIGLIP_IMAGE_SIZE,) * 2, Image.Resampling.BICUBIC), np.float64
-    )
+def reference_siglip(img: Image.Image, size: int = SIGLIP_IMAGE_SIZE) -> np.ndarray:
+    """SigLIP 2's input at the family's size: squashed, bicubic, (x/255 - 0.5) / 0.5."""
+    x = np.asarray(img.convert("RGB").resize((size,) * 2, Image.Resampling.BICUBIC), np.float64)
     x = (x / 255.0 - np.array(SIGLIP_MEAN)) / np.array(SIGLIP_STD)
     return x.transpose(2, 0, 1).astype(np.float32)
 
@@ -117,8 +117,8 @@ def _truth_352(probe: Probe) -> np.ndarray:
     return np.asarray(t.resize((CLIPSEG_IMAGE_SIZE,) * 2, Image.Resampling.NEAREST)) > 127
 
 
-def _pipeline_pixels(data: bytes) -> np.ndarray:
-    prepared = prepare(data, SIGLIP2.image)
+def _pipeline_pixels(data: bytes, spec: EmbedderSpec = SIGLIP2) -> np.ndarray:
+    prepared = prepare(data, spec.image)
     if prepared.pixels is None:  # the probes are drawn images: they always decode
         raise ValueError(f"a self-test probe did not decode: {prepared.error}")
     return prepared.pixels
@@ -152,15 +152,18 @@ def text_encoder(md: ModelDir):
 # -- the checks ----------------------------------------------------------------
 def _ranking(probes, tower, encoder) -> tuple[list[Check], list[dict]]:
     files = [p.file_bytes() for p in probes]
-    pipeline = tower.embed(np.stack([_pipeline_pixels(f) for f in files]))
-    reference = tower.embed(np.stack([reference_siglip(p.draw()) for p in probes]))
+    spec: EmbedderSpec = getattr(tower, "spec", SIGLIP2)
+    template = spec.template or SIGLIP_PROMPT_TEMPLATE
+    pipeline = tower.embed(np.stack([_pipeline_pixels(f, spec) for f in files]))
+    size = spec.image.size
+    reference = tower.embed(np.stack([reference_siglip(p.draw(), size) for p in probes]))
     rows, fails, ref_fails, drift, worst_margin, collapse = [], [], [], [], 1.0, 0.0
     p_true: list[float] = []
     p_wrong: list[float] = []
     gaps: list[float] = []
     for i, probe in enumerate(probes):
         captions = [probe.caption, *probe.wrong_captions()]
-        t = encoder.encode([SIGLIP_PROMPT_TEMPLATE.format(c) for c in captions])
+        t = encoder.encode([template.format(c) for c in captions])
         collapse = max(collapse, _collapsed(t))
         cos, cos_ref = t @ pipeline[i], t @ reference[i]
         rank = int((cos > cos[0]).sum()) + 1

@@ -19,12 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from wherein.indexer.models.family import ModelEntry
 from wherein.indexer.models.modeldir import IMAGE_MANIFEST, REVERIFY, ModelDir
 from wherein.indexer.models.optimize import build as O
 from wherein.indexer.models.optimize.inputs import load_sample, photos_sample
-from wherein.schemas.models import CLIPSEG, SIGLIP_IMAGE, SIGLIP_TEXT
+from wherein.indexer.models.registry import entry_for
+from wherein.schemas.errors import UsageError
 
-PARTS = (SIGLIP_IMAGE.key, CLIPSEG.key, SIGLIP_TEXT.key)
 Log = Callable[[str], None]
 # confirm(estimate) -> switch now? None: nobody can be asked (no terminal, no --yes).
 Confirm = Callable[[dict], bool] | None
@@ -53,17 +54,27 @@ class Report:
 def optimize_models(
     md: ModelDir,
     index: Path | None,
-    parts: Sequence[str] = PARTS,
+    parts: Sequence[str] | None = None,
     confirm: Confirm = always,
     force: bool = False,
     count: int = 32,
     min_speedup: float | None = None,
     log: Log = print,
 ) -> Report:
-    """Build, verify and (where they pass) switch to the faster graphs of md."""
+    """Build, verify and (where they pass) switch to the faster graphs of md (parts: of the
+    family's, as parts_of names them; None: all)."""
+    family = entry_for(md)
+    known = family.parts()
+    parts = known if not parts else list(parts)
+    if unknown := [p for p in parts if p not in known]:
+        raise UsageError(
+            f"{', '.join(unknown)}: not a part of the {family.key} models in {md.root} "
+            f"(optimize builds {', '.join(known)})"
+        )
+    steps = {p.step for p in family.optimize if p.name in parts}
     outcomes, estimate = [], None
     samples = functools.cache(lambda: load_sample(index, count))
-    if "siglip2-image" in parts:
+    if "image" in steps:
         out = O.prepare_image(md, samples, force, log, min_speedup)
         if out.status == "ready":
             estimate = O.reembed_estimate(samples(), out, len(os.sched_getaffinity(0)))
@@ -73,7 +84,7 @@ def optimize_models(
     if "clipseg" in parts:
         outcomes.append(O.optimize_clipseg(md, samples, force, log, min_speedup))
         outcomes.append(O.optimize_clipseg_text(md, force, log, min_speedup))
-    if "siglip2-text" in parts:
+    if "text" in steps:
         outcomes.append(O.optimize_text(md, force, log))
     verified_on = samples().origin if samples.cache_info().currsize else None
     return Report(md.root, outcomes, estimate, verified_on)
@@ -103,16 +114,25 @@ def setup_models(
     index: Path | None,
     optimize: bool = True,
     log: Log = print,
+    family: ModelEntry | None = None,
 ) -> tuple[list[Path], Report | None]:
-    """Download the models into root, then (optimize) switch to the fastest verified graphs."""
-    from wherein.indexer.models.modeldir import pull
+    """Download the family's models (default: the one root holds, else SigLIP 2 B/16) and
+    CLIPSeg into root, then (optimize) switch to the fastest verified graphs."""
+    from wherein.indexer.models.registry import SIGLIP2_ENTRY
+    from wherein.indexer.models.siglip_family import claim
 
-    written = pull(root, keys)
+    if family is None:  # the family the directory holds; stand-ins give way to SigLIP 2
+        family = entry_for(ModelDir(root))
+        family = family if family.pull is not None else SIGLIP2_ENTRY
+    if family.pull is None:
+        raise UsageError(f"the {family.key} models are not downloaded: nothing to pull")
+    claim(root, family)
+    written = family.pull(root, keys, log)
     for d in written:
         log(f"ok  {d}")
     if not optimize:
         return written, None
-    parts = [p for p in PARTS if keys is None or p in keys]
+    parts = [p for p in family.parts() if keys is None or p in keys]
     return written, optimize_models(ModelDir(root), index, parts, always, log=log)
 
 
