@@ -121,3 +121,23 @@ def test_random_weights_never_land_beside_trained_models(standin_models, tmp_pat
     )
     assert r.exit_code == 1
     assert "not random-weight ones" in r.output
+
+
+def test_optimize_builds_and_gates_its_int8_image_tower(b32_models, tmp_path, monkeypatch):
+    """The int8 image tower is built and verified as B/16's is, at the family's 256 px; a
+    part of another family is refused in one line."""
+    import shutil
+
+    root = tmp_path / "models"
+    shutil.copytree(b32_models, root, symlinks=True)
+    monkeypatch.setenv("WHEREIN_INDEX", str(tmp_path / "no-index"))
+    args = ["models", "optimize", "--models", str(root), "--no-self-test", "--min-speedup", "0"]
+    r = CliRunner().invoke(cli, [*args, "--only", "siglip2-image"])
+    assert r.exit_code == 2 and "not a part of the siglip2-b32 models" in r.output
+    r = CliRunner().invoke(cli, [*args, "--only", f"{FAMILY}-image", "--json"])
+    assert r.exit_code == 0, r.output
+    (outcome,) = json.loads(r.stdout)["optimized"]
+    assert outcome["status"] == "switched", outcome
+    assert ModelDir(root).image_tower_file().name.endswith("_int8_b1-8_opt.tflite")
+    r = CliRunner().invoke(cli, ["models", "check", "--models", str(root)])
+    assert r.exit_code == 0, r.output
