@@ -279,3 +279,18 @@ def test_like_an_indexed_video_searches_by_what_its_frames_show(env, shapes):
     stray = shutil.copy(clip, shapes.parent / "not_indexed.mp4")
     res = run("search", "--like", stray, ok=False)
     assert res.exit_code == 2 and "a video is used with --like once it is indexed" in res.output
+
+
+def test_min_probability_on_a_mixed_query_cuts_on_the_text_part(library):
+    """`red --like blue_square.png:2 -p 0.5`: -p is the calibrated probability of the text
+    part ("red"), not of the mix. The blue frames score above the red ones on the mix (the
+    blue photo weighs 2) but are not red: the clip's hit, its time and its moments are at
+    red frames."""
+    blue = library / "blue_square.png"
+    hits = search_json("red", "--like", f"{blue}:2", "-p", "0.5")
+    clip = next(h for h in hits if h["kind"] == "video")
+    assert clip["probability"] >= 0.5 and in_spans(clip["time"], RED_SPANS), clip
+    assert len(clip["moments"]) == len(RED_SPANS)
+    assert all(in_spans(m["time"], RED_SPANS) for m in clip["moments"]), clip["moments"]
+    assert all(h["probability"] >= 0.5 for h in hits)
+    assert Path(blue).name not in {Path(h["path"]).name for h in hits}  # blue is not red
