@@ -147,3 +147,14 @@ def test_the_web_app_shows_the_frame_at_the_moment(env, shapes, gif):
         with Image.open(io.BytesIO(image.content)) as shown:
             r_, g, b = shown.convert("RGB").getpixel((shown.width // 2, shown.height // 2))
         assert r_ > 180 and g < 80 and b < 80  # the red frame, not the first (paper) one
+
+
+def test_embed_and_build_index_give_the_animation_its_kind_and_frames(env, gif, tmp_path):
+    """The scale path asks the same kind: frames as shard rows, the file's kind carried."""
+    run("embed", gif.parent, "--out", tmp_path / "emb", "-q")
+    index = tmp_path / "built"
+    run("build-index", tmp_path / "emb", "--index", index, "-q")
+    hits = search_json("red", "--index", index)
+    (anim,) = [h for h in hits if Path(h["path"]).name == "anim.gif"]
+    assert anim["kind"] == "animation" and RED_SPAN[0] <= anim["time"] < RED_SPAN[1]
+    assert anim["moments"] and anim["duration"] == pytest.approx(FRAMES * FRAME_MS / 1000)
