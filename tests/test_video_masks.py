@@ -385,3 +385,54 @@ def test_the_ray_engine_writes_the_same_frame_dataset(library, tmp_path):
     assert (
         frame.read_bytes() == next((tmp_path / "local" / "red.coco.frames").iterdir()).read_bytes()
     )
+
+
+# -- a video larger than the frames sampled for embedding ------------------------------------
+HD = (1280, 720)
+HD_SQUARE = (640, 160, 1120, 560)  # x0, y0, x1, y1 (exclusive): right of centre, in frame pixels
+
+
+def write_hd_clip(path: Path, fps: int = 5, seconds: float = 3.0) -> Path:
+    """A 1280x720 clip showing a red square from 1 s to 2 s (frames are sampled for embedding
+    at a smaller size: masks must still be made and reported on the full frame)."""
+    w, h = HD
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        stream.codec_context.time_base = Fraction(1, fps)
+        for i in range(round(seconds * fps)):
+            pixels = np.full((h, w, 3), BACKGROUND, np.uint8)
+            if 1.0 <= i / fps < 2.0:
+                x0, y0, x1, y1 = HD_SQUARE
+                pixels[y0:y1, x0:x1] = rgb255("red")
+            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path
+
+
+def test_a_large_videos_masks_are_full_size_with_boxes_in_frame_pixels(env, tmp_path):
+    (tmp_path / "hd").mkdir()
+    hd = write_hd_clip(tmp_path / "hd" / "hd.mp4")
+    r = run("mask", hd, "--time", 1.4, "red", "--out", tmp_path / "m", "--json")
+    assert r.exit_code == 0, r.output
+    (m,) = json.loads(r.stdout)["masks"]
+    assert (m["width"], m["height"]) == HD
+    assert all(abs(a - b) <= 24 for a, b in zip(m["bbox"]["largest"], HD_SQUARE, strict=True))
+    assert read_mask(m["mask_path"]).shape == (HD[1], HD[0])
+
+    r = run("index", hd.parent, "-q")
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "s"
+    r = run("search", "red", "--kind", "video", "--mask", "--out", out, "--json")
+    assert r.exit_code == 0, r.output
+    (hit,) = json.loads(r.stdout)
+    assert 1.0 <= hit["time"] < 2.0 and (hit["width"], hit["height"]) == HD
+    assert all(abs(a - b) <= 24 for a, b in zip(hit["bbox"]["largest"], HD_SQUARE, strict=True))
+    mask = read_mask(hit["mask_path"])
+    assert mask.shape == (HD[1], HD[0])
+    x0, y0, x1, y1 = HD_SQUARE
+    assert mask[y0 + 30 : y1 - 30, x0 + 30 : x1 - 30].all() and not mask[:, : x0 - 40].any()
