@@ -436,3 +436,31 @@ def test_a_large_videos_masks_are_full_size_with_boxes_in_frame_pixels(env, tmp_
     assert mask.shape == (HD[1], HD[0])
     x0, y0, x1, y1 = HD_SQUARE
     assert mask[y0 + 30 : y1 - 30, x0 + 30 : x1 - 30].all() and not mask[:, : x0 - 40].any()
+
+
+def test_same_named_videos_from_two_folders_export_two_frames(env, tmp_path):
+    """a/clip.mp4 and b/clip.mp4 matched at the same moment: a frame dataset holds a frame of
+    each (the second named with its item id), never one file for both."""
+    for folder in ("a", "b"):
+        (tmp_path / "lib" / folder).mkdir(parents=True)
+        write_clip(tmp_path / "lib" / folder / "clip.mp4")
+    r = run("index", tmp_path / "lib", "-q")
+    assert r.exit_code == 0, r.output
+    dest = tmp_path / "out" / "red.coco.json"
+    dest.parent.mkdir()
+    args = ["red", "--kind", "video", "--mask", "--out", tmp_path / "m", "--export", dest]
+    r = run("search", *args, "-k", "2")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(dest.read_text())
+    assert sorted(Path(img["video"]).parent.name for img in doc["images"]) == ["a", "b"]
+    (time,) = {img["time"] for img in doc["images"]}  # the same moment of the same content
+    names = {img["file_name"] for img in doc["images"]}
+    assert len(names) == 2 and all(Path(n).is_file() for n in names), names
+    assert sorted(p.name for p in (tmp_path / "out" / "red.coco.frames").iterdir()) == sorted(
+        Path(n).name for n in names
+    )
+    for img in doc["images"]:
+        with Image.open(img["file_name"]) as im:
+            got = np.asarray(im.convert("RGB"), dtype=np.int16)
+        want = frame_at(img["video"], time).array.astype(np.int16)
+        assert np.abs(got - want).mean() < 3
