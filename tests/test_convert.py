@@ -339,6 +339,37 @@ def test_search_uses_litert_text_tower_without_torch(litert_text_models, shapes,
     assert "text_tower.tflite" in {row["file"] for row in json.loads(check.stdout)["checks"]}
 
 
+def test_an_int8_text_tower_is_smaller_and_searches_alike(litert_text_models, tmp_path):
+    """`convert siglip2-text --precision int8` (the text tower's packed weights are most of
+    what `wherein serve` holds): int8 weights, within the int8 parity marks of open_clip,
+    and each query's nearest of a set of texts is the fp32 tower's."""
+    from wherein.indexer.models.text_tower_litert import LiteRTTextTower
+
+    root = tmp_path / "models"
+    shutil.copytree(litert_text_models, root, ignore=shutil.ignore_patterns("*.xnnpack-cache"))
+    fp32 = LiteRTTextTower.from_models(ModelDir(root))
+    texts = [p for p in PROMPTS if p] + ["a yellow star", "two green circles", "a black cat"]
+    ref = fp32.encode(texts)
+    assert _int8_tensors(root / "siglip2-text" / "text_tower.tflite") == 0
+    _convert(root, "siglip2-text", "--precision", "int8")
+    manifest = json.loads((root / "siglip2-text" / "manifest.json").read_text())
+    assert manifest["precision"] == "int8"
+    figures = manifest["parity"]["figures"]["serving_default"]
+    assert figures["pearson"] >= 0.99 and figures["top10_agreement"] >= 0.9
+    int8 = LiteRTTextTower.from_models(ModelDir(root))
+    assert _int8_tensors(root / "siglip2-text" / "text_tower.tflite") > 0  # fp32 had none
+    got = int8.encode(texts)
+    assert np.array_equal(np.argmax(got @ ref.T, axis=1), np.arange(len(texts)))
+    assert float(np.min(np.sum(got * ref, axis=1))) > 0.95
+
+
+def _int8_tensors(graph: Path) -> int:
+    from ai_edge_litert.interpreter import Interpreter
+
+    details = Interpreter(model_path=str(graph)).get_tensor_details()
+    return sum(1 for d in details if d["dtype"] == np.int8)
+
+
 def test_query_encoder_falls_back_to_torch(standin_models):
     from wherein.indexer.models.text_tower import TextTower
     from wherein.indexer.models.text_tower_litert import load_query_encoder

@@ -263,10 +263,13 @@ def convert(
 ) -> ConvertResult:
     """Convert a SigLIP 2 tower to LiteRT in models_dir and prove it equal to PyTorch.
 
-    The text tower converts from real weights only, at fp32 or fp16; its source defaults to
-    the siglip2-text folder of models_dir (the graph must sit beside its tokenizer files).
-    A registered family that converts whole (tower: its key, convertible()) builds the
-    directory `models pull --model KEY` makes, both towers, with random weights.
+    The text tower converts from real weights only; its source defaults to the siglip2-text
+    folder of models_dir (the graph must sit beside its tokenizer files). At int8 (dynamic
+    range, as the image tower's) its packed weights take about a quarter of fp32's memory
+    in `wherein serve` (bench/results/serve.md); the query vectors differ slightly, within
+    the parity gate. A registered family that converts whole (tower: its key,
+    convertible()) builds the directory `models pull --model KEY` makes, both towers, with
+    random weights.
     """
     from wherein.indexer import paths as P
     from wherein.indexer.models.convert import build as C
@@ -282,8 +285,6 @@ def convert(
         return ConvertResult(tower, manifest)
     if random_weights:
         raise UsageError("the text tower converts from real weights (see --source)")
-    if precision == "int8":
-        raise UsageError("the text tower converts at fp32 or fp16")
     if source is None:
         source = f"local-dir:{root / SIGLIP_TEXT.key}"
     manifest = C.convert_text_tower(parse_source(source), root, precision, log=feedback.say)

@@ -410,8 +410,8 @@ def convert_text_tower(
     from wherein.indexer.models.text_tower_litert import LiteRTTextTower, QueryTokenizer
 
     need_convert_extra()
-    if precision not in ("fp32", "fp16"):
-        raise ModelError("the text tower converts at fp32 or fp16")
+    if precision not in PRECISIONS:
+        raise ModelError(f"precision must be one of {', '.join(PRECISIONS)}")
     out_dir = Path(out_root) / folder
     out_dir.mkdir(parents=True, exist_ok=True)
     log(f"building the torch text tower: {source.describe()}")
