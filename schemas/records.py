@@ -99,19 +99,23 @@ def iso_time(mtime_ns: int | None) -> str | None:
     return t.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def taken_fields(row: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """(taken, taken_source, sort key) of a catalog row.
+def taken_fields(
+    row: dict[str, Any], kind: str | None = None
+) -> tuple[str | None, str | None, str | None]:
+    """(taken, taken_source, sort key) of a catalog row; kind: the hit's ("photo", "video").
 
-    EXIF: the camera's local time, with its UTC offset when the camera recorded
-    one ("2024-06-15T14:03:22+02:00", else "2024-06-15T14:03:22"). No EXIF date:
-    the file's mtime in this machine's time zone, with that offset. The sort key
-    is the local wall-clock time "YYYY-MM-DD HH:MM:SS" either way (what --taken
-    filters on).
+    A recorded time: the camera's local time, with its UTC offset when the camera recorded
+    one ("2024-06-15T14:03:22+02:00", else "2024-06-15T14:03:22"); its source is "exif" for
+    a photo, "container" for a video (the creation time in its QuickTime/MP4 metadata).
+    None recorded: the file's mtime in this machine's time zone, with that offset. The sort
+    key is the local wall-clock time "YYYY-MM-DD HH:MM:SS" either way (what --taken filters
+    on).
     """
     taken = row.get("taken")
     if taken:
         offset = row.get("taken_offset") or ""
-        return taken.replace(" ", "T") + offset, "exif", taken
+        source = "container" if kind == "video" else "exif"
+        return taken.replace(" ", "T") + offset, source, taken
     mtime_ns = row.get("mtime_ns")
     if mtime_ns is None:
         return None, None, None
@@ -160,7 +164,7 @@ class Hit:
     exists: bool = True
     # -- photo metadata (EXIF) -------------------------------------------
     taken: str | None = None  # ISO 8601 local time (+offset when known)
-    taken_source: str | None = None  # "exif" or "mtime"
+    taken_source: str | None = None  # "exif", "container" (a video's) or "mtime"
     camera: str | None = None
     lens: str | None = None
     gps: dict[str, float] | None = None  # {"lat": ..., "lon": ...}
@@ -194,8 +198,9 @@ class Hit:
     ) -> Hit:
         """A Hit from a catalog row (``Catalog.hit_rows``; a ``rows_by_ids`` row, which
         names no item, gives a hit without one)."""
-        taken, source, key = taken_fields(row)
         kind = row.get("file_kind") or row.get("kind")
+        hit_kind = HIT_KINDS.get(kind, kind) if kind is not None else None
+        taken, source, key = taken_fields(row, hit_kind)
         return cls(
             rank=rank,
             path=row["path"],
@@ -216,7 +221,7 @@ class Hit:
             lens=row.get("lens"),
             gps=gps_of(row),
             item_id=row.get("item_id"),
-            kind=HIT_KINDS.get(kind, kind) if kind is not None else None,
+            kind=hit_kind,
             time=row.get("t"),
             box=row.get("box"),
             duration=row.get("duration"),

@@ -457,6 +457,7 @@ def test_taken_and_gps_from_the_container_find_videos(env, library):
     hits = json.loads(out)
     assert {h["path"] for h in hits} == {str(library / "phone.mov")}
     assert hits[0]["taken"] == "2024-06-01T12:20:30+02:00"
+    assert hits[0]["taken_source"] == "container"  # the MOV's creation time, not EXIF
     assert hits[0]["gps"] == {"lat": 48.8584, "lon": 2.2945}
 
 
