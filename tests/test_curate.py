@@ -269,6 +269,17 @@ def test_label_rows_go_with_their_image(indexed):
         assert len(L.read_labels(store.catalog)) == 10
 
 
+def test_label_rank_is_the_relevance_rank_not_the_path_order(indexed):
+    # The rows are listed by path; rank said their position in that list.
+    hits = as_json("label", "-l", "red,blue", "--no-store")
+    assert [h["path"] for h in hits] == sorted(h["path"] for h in hits)
+    by_rank = sorted(hits, key=lambda h: h["rank"])
+    assert [h["rank"] for h in by_rank] == list(range(1, len(hits) + 1))
+    p = [h["probability"] for h in by_rank]
+    assert all(a >= b - 1e-6 for a, b in zip(p, p[1:], strict=False))  # ties: at rank precision
+    assert by_rank[0]["label"] in ("red", "blue") and by_rank[0]["probability"] > 0.5
+
+
 @pytest.mark.parametrize("ext", ["csv", "jsonl", "parquet"])
 def test_label_exports_round_trip(indexed, tmp_path, ext):
     if ext == "parquet":

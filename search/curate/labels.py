@@ -30,7 +30,7 @@ from wherein.indexer.store.catalog import CatalogReadOnly
 from wherein.schemas.errors import IndexError_, UsageError
 from wherein.schemas.records import Hit
 from wherein.search.query import is_text
-from wherein.search.ranking import tie_key
+from wherein.search.ranking import rank_order, tie_key
 
 RAW_TEMPLATE = "{}"
 
@@ -173,25 +173,28 @@ def read_labels(
 
 
 def label_hits(catalog, run: LabelRun) -> list[Hit]:
-    """One hit per image, by path: probability/score of its best label, all labels in extra."""
+    """One hit per image, listed by path: probability/score of its best label, all labels in
+    extra. ``rank`` is the relevance rank, as a search's hits sorted by path keep it: 1 for
+    the image most sure of its best label (equal probabilities: the smaller id first)."""
     rows = catalog.hit_rows(run.ids)
-    order = sorted(
-        (i for i in range(len(run.ids)) if int(run.ids[i]) in rows),
-        key=lambda i: rows[int(run.ids[i])]["path"],
+    present = [i for i in range(len(run.ids)) if int(run.ids[i]) in rows]
+    best = {i: int(np.argmax(tie_key(run.probabilities[i]))) for i in present}  # equal: first
+    by_relevance = rank_order(
+        [run.probabilities[i, best[i]] for i in present], [run.ids[i] for i in present]
     )
+    rank = {present[int(pos)]: n + 1 for n, pos in enumerate(by_relevance)}
     hits: list[Hit] = []
-    for i in order:
-        best = int(np.argmax(tie_key(run.probabilities[i])))  # equal: the first label given
+    for i in sorted(present, key=lambda i: rows[int(run.ids[i])]["path"]):
         extra = {
-            "label": run.labels[best],
+            "label": run.labels[best[i]],
             "labels": {label: float(run.probabilities[i, j]) for j, label in enumerate(run.labels)},
         }
         hits.append(
             Hit.from_row(
                 rows[int(run.ids[i])],
-                len(hits) + 1,
-                float(run.cosines[i, best]),
-                float(run.probabilities[i, best]),
+                rank[i],
+                float(run.cosines[i, best[i]]),
+                float(run.probabilities[i, best[i]]),
                 extra=extra,
             )
         )
