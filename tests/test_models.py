@@ -266,6 +266,9 @@ def test_demo_runs_on_standins_and_says_so(tmp_path, monkeypatch):
     again = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")])
     assert again.exit_code == 0, again.output
     assert "10 files: 0 embedded, 8 re-stamped (same bytes, new mtime), 2 skipped" in again.output
+    # The stand-ins are there: a second run uses them and does not say it builds them.
+    assert "building tiny stand-ins" not in again.output
+    assert "using the stand-ins built before" in again.output
 
 
 @pytest.mark.parametrize("made", [False, True])

@@ -29,8 +29,14 @@ def register(cli: click.Group) -> None:
         from wherein.search.service import models as M
 
         models_root, real = M.real_models(models_dir)
-        if not real:
-            standin = workdir / "standin-models"
+        standin = workdir / "standin-models"
+        if not real and M.built_standins(standin):
+            click.echo(
+                f"No real models in {models_root}: using the stand-ins built before in {standin}."
+                "\nFor real SigLIP 2 + CLIPSeg run `wherein models pull` (about 1 GB)."
+            )
+            models_root = standin
+        elif not real:
             click.echo(
                 f"No real models in {models_root}: building tiny stand-ins into {standin}.\n"
                 "For real SigLIP 2 + CLIPSeg run `wherein models pull` (about 1 GB)."

@@ -365,6 +365,16 @@ def build_standins(folder: Path) -> Path:
     return build_standin_models(folder)
 
 
+def built_standins(folder: Path) -> bool:
+    """Whether folder holds the stand-ins a run built before: their marker and every graph."""
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.standins import GRAPH_FILES
+
+    return ModelDir(folder).is_standin and all(
+        (folder / key / name).is_file() for name, key in GRAPH_FILES.items()
+    )
+
+
 def sample_photos(folder: Path) -> list[Path]:
     """Write the bundled sample photos (and two broken files indexing must skip) into folder."""
     from wherein.indexer.samples import write_sample
