@@ -171,6 +171,21 @@ def test_readme_set_up_commands_are_the_ones_ci_runs():
         assert line in ci, f".ci/run does not run the README's set-up command: {line}"
 
 
+def test_the_docs_show_the_cpu_only_torch_install():
+    """Without an NVIDIA GPU, torch's CUDA libraries are about 4 GB never loaded: the docs show
+    the CPU-only build, installed before wherein (installed after, pip has already fetched
+    the CUDA build), and the README points there."""
+    cpu = "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu"
+    page = PAGES["docs/getting-started.md"]
+    lines = [ln for block in code_blocks(page) if cpu in block for ln in block.splitlines()]
+    assert lines, "docs/getting-started.md shows no CPU-only torch install"
+    first = next(i for i, ln in enumerate(lines) if cpu in ln)
+    then = next((i for i, ln in enumerate(lines) if "pip install -e ." in ln), None)
+    assert then is not None and first < then, lines
+    assert "docs/getting-started.md#without-an-nvidia-gpu" in README
+    assert "download.pytorch.org/whl/cpu" in " ".join(README.split())
+
+
 def test_readme_puts_wherein_on_path_before_using_a_bare_wherein():
     """A new user pastes the commands in order: a bare `wherein` only works once the venv's
     bin/ is on PATH (otherwise: "wherein: command not found")."""
