@@ -243,3 +243,41 @@ def test_a_video_hit_plays_from_its_moment_and_steps_through_its_moments(video_s
             assert errors == []
         finally:
             browser.close()
+
+
+@pytest.fixture()
+def long_name_server(standin_models, tmp_path):
+    """A clip whose name is longer than a card is wide."""
+    from video_files import RED, solid, write_video
+
+    library = tmp_path / "library"
+    long_name = "holiday-on-the-beach-with-the-whole-family-and-the-dog-2024-06-01.mp4"
+    write_video(library / long_name, lambda t: solid(RED), seconds=4.0)
+    yield from serve(library, tmp_path / "index", standin_models)
+
+
+def test_a_video_cards_time_shows_however_long_its_name(long_name_server):
+    # The grid cut "@ 0:06" off with the end of a long name: when was invisible until a click.
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="needs the [browser] extra (playwright)"
+    )
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+            page.goto(long_name_server + "/")
+            page.fill("#q", "red")
+            page.press("#q", "Enter")
+            page.wait_for_selector("#grid .card .badge")
+            shown = page.text_content("#grid .card .name")
+            assert shown is not None and "@ 0:0" in shown, shown
+            at = page.eval_on_selector(
+                "#grid .card .name",
+                "n => { const c = n.getBoundingClientRect(); const all = [...n.querySelectorAll('*')];"
+                " const at = all.find(e => e.textContent.includes('@'));"
+                " const r = at ? at.getBoundingClientRect() : null;"
+                " return r && r.width > 0 && r.left >= c.left && r.right <= c.right + 0.5; }",
+            )
+            assert at, shown
+        finally:
+            browser.close()

@@ -176,7 +176,10 @@ function card(h, i) {
   }
   const meta = document.createElement("div");
   meta.className = "meta";
-  const name = el("div", "name", basename(h.path) + (isVideo(h) ? ` @ ${clock(h.time)}` : ""));
+  // A long name is cut, never a video's time: it sits beside the name, not inside it.
+  const name = el("div", "name", "");
+  name.append(el("span", "file", basename(h.path)));
+  if (isVideo(h)) name.append(el("span", "at", ` @ ${clock(h.time)}`));
   name.title = h.path;
   const nums = document.createElement("div");
   nums.className = "nums";
