@@ -424,3 +424,21 @@ def test_commands_print_only_what_the_user_needs_on_stderr(env, shapes, tmp_path
     assert stderr("search", "red") == banner
     assert stderr("search", "red", "--json") == banner  # stderr: the JSON on stdout stays clean
     assert stderr("mask", shapes / "red_square.jpg", "red", "--out", tmp_path / "m") == banner
+
+
+# -- words ---------------------------------------------------------------------------------------
+def test_files_and_items_are_counted_in_the_same_words_everywhere(indexed):
+    # One library read "6 images in the index (0.0 images/s)" after a re-run, "images 6" in
+    # status, and "6 vectors (photos and video frames)" on a first run with a video.
+    again = run("index", indexed).stdout
+    assert "6 files: 0 embedded, 6 unchanged; 6 items in the index (" in again
+    assert "files/s)" in again and "images" not in again
+    table = run("status").stdout.splitlines()
+    assert "files      6" in table and "items      6" in table
+    assert not any(line.startswith("images") for line in table)
+    info = json.loads(run("status", "--json").stdout)
+    assert info["files"] == info["items"] == info["searchable"] == 6
+    assert info["images"] == info["searchable"]  # the old key, deprecated, for one release
+    summary = json.loads(run("index", indexed, "--json").stdout)
+    assert summary["items"] == summary["images"] == 6
+    assert summary["files_per_second"] == summary["images_per_second"]

@@ -249,7 +249,7 @@ def test_demo_runs_on_standins_and_says_so(tmp_path, monkeypatch):
     r = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "demo")])
     assert r.exit_code == 0, r.output
     assert "STAND-IN" in r.output
-    assert "10 files: 8 embedded, 2 skipped; 8 images in the index" in r.output
+    assert "10 files: 8 embedded, 2 skipped; 8 items in the index" in r.output
     assert "check      ok" in r.output
     # The same path as `models pull`: optimized stand-ins, verified again on the photos.
     assert "what `models pull` ends with" in r.output

@@ -75,20 +75,25 @@ class RunStats:
         }
 
     @property
-    def images_per_second(self) -> float:
+    def files_per_second(self) -> float:
+        """Files embedded per second (a video is one file, however many frames)."""
         return self.embedded / self.seconds if self.seconds else 0.0
+
+    images_per_second = files_per_second  # the old word, for one release
 
     def to_dict(self, images: int) -> dict:
         """The run as `wherein index --json` prints it (schemas/index.schema.json);
-        images: how many the index holds after it."""
+        images: how many items the index holds after it."""
         return {
-            "images": images,
+            "items": images,
+            "images": images,  # deprecated: items
             "seen": self.seen,
             **self.file_counts(),
             "deleted": self.deleted,
             "invalidated": self.invalidated,
             "seconds": round(self.seconds, 2),
-            "images_per_second": round(self.images_per_second, 2),
+            "files_per_second": round(self.files_per_second, 2),
+            "images_per_second": round(self.files_per_second, 2),  # deprecated
             "interrupted": self.interrupted,
             "problems": [{"path": p.path, "reason": p.reason} for p in self.problems],
             "bad_roots": [p.path for p in self.bad_roots],

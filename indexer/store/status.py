@@ -42,7 +42,8 @@ class IndexStatus:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "index": self.index,
-            "images": self.images,
+            "searchable": self.images,
+            "images": self.images,  # deprecated: searchable
             "files": self.files,
             "items": self.items,
             "catalog_rows": self.catalog_rows,

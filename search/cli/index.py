@@ -174,11 +174,11 @@ def _summary(stats, total: int) -> str:
     if stats.videos or stats.frames:
         sampled = "1 video" if stats.videos == 1 else f"{stats.videos} videos"
         videos = f"; {sampled} sampled ({stats.frames} frames embedded)"
-    # A video's frames are searched one by one: the index holds vectors, not only photos.
-    held = f"{total} vectors (photos and video frames)" if videos else f"{total} images"
+    # One vocabulary: a file (photo, video) yields items (a photo one, a video its frames);
+    # the index searches items.
     return (
-        f"{stats.seen} files: {', '.join(parts)}{gone}{videos}; {held} in the index "
-        f"({stats.images_per_second:.1f} images/s)"
+        f"{stats.seen} files: {', '.join(parts)}{gone}{videos}; {total} items in the index "
+        f"({stats.files_per_second:.1f} files/s)"
     )
 
 
@@ -223,7 +223,7 @@ def _watch_line(batch, fmt: str | None) -> None:
     else:
         parts = ", ".join(f"{n} {k}" for k, n in batch.changed.items() if n)
         clock = time.strftime("%H:%M:%S", time.localtime(batch.at))
-        click.echo(f"{clock}  {parts or 'no change'}; {batch.images} images")
+        click.echo(f"{clock}  {parts or 'no change'}; {batch.images} items in the index")
     for p in batch.problems:
         click.echo(f"  could not read {p.path}: {p.reason}", err=True)
 
@@ -263,8 +263,9 @@ def status(index_dir, models_dir, check, repair, fmt):
 
         vi = info["vector_index"] or {}
         click.echo(f"index      {info['index']}")
+        click.echo(f"files      {info['files']}")
         click.echo(
-            f"images     {info['images']}"
+            f"items      {info['searchable']}"
             + (f" ({info['pending']} pending)" if info["pending"] else "")
         )
         click.echo(f"model      {info['model_file']} [{info['space']}, dim {info['dim']}]")

@@ -78,7 +78,9 @@ class WatchBatch:
 
     def to_dict(self) -> dict[str, Any]:
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.at))
-        return {"time": when, "folders": self.folders, **self.changed, "images": self.images}
+        # "images": the old word for items, for one release.
+        out = {"time": when, "folders": self.folders, **self.changed, "items": self.images}
+        return {**out, "images": self.images}
 
 
 @dataclass

@@ -407,6 +407,7 @@ function moreLikeThis() {
 }
 
 // -- helpers ------------------------------------------------------------------------------
+function count(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -447,10 +448,8 @@ function go() { writeHash(); runSearch(); }
 async function loadStatus() {
   try {
     const s = await api("/api/status");
-    // images: searchable items, a video's frames included; files and videos say what a person has.
-    const videos = s.videos || 0;
-    const files = s.files ?? s.images;
-    const what = videos ? `${files - videos} photos and ${videos} video${videos === 1 ? "" : "s"} (${s.frames} frames)` : `${s.images} images`;
+    // One vocabulary: files (photos, videos) yield items (a photo one, a video its frames).
+    const what = `${count(s.files, "file")}, ${count(s.searchable, "item")}`;
     $("footer").textContent = `${what} indexed · ${s.index}` + (s.standin ? " · stand-in models" : "");
     if (s.standin) {
       $("banner").textContent = "Stand-in models: this index was built with the colour-only test models; they only know colours (try “red” or “blue”).";
