@@ -141,3 +141,50 @@ def test_optimize_builds_and_gates_its_int8_image_tower(b32_models, tmp_path, mo
     assert ModelDir(root).image_tower_file().name.endswith("_int8_b1-8_opt.tflite")
     r = CliRunner().invoke(cli, ["models", "check", "--models", str(root)])
     assert r.exit_code == 0, r.output
+
+
+def test_pull_downloads_the_open_clip_weights_and_converts_the_image_tower(b32_models, tmp_path):
+    """The real download code (snapshot_download), offline from a Hugging Face cache that
+    holds timm/ViT-B-32-SigLIP2-256 (here: the small random weights), then the conversion."""
+    import os
+
+    from test_models import _hub_cache
+
+    from wherein.indexer.models import registry
+
+    text = registry.entry(FAMILY).layout[1]
+    assert text.hub_repo == "timm/ViT-B-32-SigLIP2-256"
+    cache = tmp_path / "hf" / "hub"
+    _hub_cache(cache, b32_models, [text])
+    root = tmp_path / "models"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_CACHE": str(cache),
+        "WHEREIN_INDEX": str(tmp_path / "no-index"),
+    }
+    folders = [a for m in registry.entry(FAMILY).layout for a in ("--only", m.key)]
+    args = ["models", "pull", "--model", FAMILY, "--models", str(root), *folders, "--no-optimize"]
+    r = subprocess.run(
+        [sys.executable, "-m", "wherein.search.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    md = ModelDir(root)
+    assert md.model_key == FAMILY and md.space == "siglip2-vit-b32-256-webli"
+    pulled = md.text_dir / "open_clip_model.safetensors"
+    assert pulled.read_bytes() == (b32_models / text.key / pulled.name).read_bytes()
+    manifest = json.loads((md.image_dir / "manifest.json").read_text())
+    assert manifest["source"] == {
+        **manifest["source"],
+        "kind": "local-dir",
+        "ref": str(md.text_dir),
+    }
+    assert manifest["signatures"]["serving_default"]["inputs"]["args_0"] == [1, 3, 256, 256]
+    # Another family is not pulled over it.
+    r = CliRunner().invoke(cli, ["models", "pull", "--model", "siglip2", "--models", str(root)])
+    assert r.exit_code == 1 and f"holds the {FAMILY} models" in r.output

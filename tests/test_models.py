@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,13 @@ from click.testing import CliRunner
 from wherein.indexer.models.litert_graph import LiteRTGraph
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.schemas.errors import ModelError
-from wherein.schemas.models import ALL_MODELS, CLIPSEG, SIGLIP_IMAGE, STANDIN_MARKER
+from wherein.schemas.models import (
+    ALL_MODELS,
+    CLIPSEG,
+    SIGLIP_IMAGE,
+    STANDIN_MARKER,
+    ModelSpec,
+)
 from wherein.search.cli import cli
 
 
@@ -170,10 +177,10 @@ def test_pull_offline_is_one_line_error(tmp_path, monkeypatch):
     )
 
 
-def _hub_cache(cache: Path, models: Path) -> None:
+def _hub_cache(cache: Path, models: Path, specs: Sequence[ModelSpec] = ALL_MODELS) -> None:
     """A Hugging Face hub cache as huggingface_hub lays it out (blobs, snapshot symlinks,
     refs/main), holding the files of models/ under each model's hub repo."""
-    for spec in ALL_MODELS:
+    for spec in specs:
         repo = cache / ("models--" + spec.hub_repo.replace("/", "--"))
         rev = hashlib.sha1(spec.hub_repo.encode()).hexdigest()
         snapshot = repo / "snapshots" / rev
