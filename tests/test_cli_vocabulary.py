@@ -442,3 +442,5 @@ def test_files_and_items_are_counted_in_the_same_words_everywhere(indexed):
     summary = json.loads(run("index", indexed, "--json").stdout)
     assert summary["items"] == summary["images"] == 6
     assert summary["files_per_second"] == summary["images_per_second"]
+    none = run("select", "red", "-p", "0.5", "--kind", "video")  # a library of photos
+    assert "no file reaches probability 0.5" in none.stderr

@@ -225,7 +225,7 @@ def select(
         verb = "linked" if placed.mode == "link" else "copied"
         click.echo(f"{verb} {placed.files} file(s) into {placed.dest}", err=True)
     if not result.hits:
-        click.echo(f"no image reaches probability {request.min_probability}", err=True)
+        click.echo(f"no file reaches probability {request.min_probability}", err=True)
 
 
 def _check_engine(engine, ray_address, mask, out_dir, export_path, export_fmt):

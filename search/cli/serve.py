@@ -152,7 +152,7 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
     standin_banner(state.searcher.models)
     shown = f"[{host}]" if ":" in host else host
     click.echo(
-        f"wherein: {state.searcher.count} images in {state.index_dir}; "
+        f"wherein: {state.searcher.count} items in {state.index_dir}; "
         f"open http://{shown}:{port}  (Ctrl-C stops)",
         err=True,
     )
