@@ -237,10 +237,11 @@ class Prepared:
     # A timed file (a video: probed, not decoded yet): its frames are sampled and embedded
     # in chunks after its file row is committed (ingest/videos.py); items stays empty.
     video: VideoInfo | None = None
-    # Regions cut from a photo (indexer/regions.py): how many of items are regions; None
-    # when the photo was not cut (regions off, or not read).
+    # Regions cut from a photo (indexer/regions.py): how many of items are regions and the
+    # tiling's name; None when the photo was not cut (regions off, or not read).
     regions: int | None = None
     kind: str = "photo"  # its media kind's name (indexer/kinds), as the catalog stores it
+    tiling: str | None = None
 
     @property
     def pixels(self) -> np.ndarray | None:
@@ -301,7 +302,7 @@ def add_regions(
 
     cut = region_inputs(img, (res.width, res.height), spec, to_input, tiling, decode_at)
     res.items += [(Locator("region", box=(x0, y0, x1, y1)), px) for (x0, y0, x1, y1), px in cut]
-    res.regions = len(cut)
+    res.regions, res.tiling = len(cut), tiling.name
 
 
 def read_error(exc: OSError) -> str:

@@ -6,9 +6,10 @@ carries the same fields. The photo fields (``taken``, ``taken_source``, ``camera
 ``lens``, ``gps``) come from the catalog's EXIF table; ``taken`` falls back to
 the file's mtime when a photo has no EXIF date. ``id`` is the file's catalog id;
 ``item_id`` the matched item's (a file yields items, each with its vector), located by
-``kind`` ("photo" for a photo's one item, "video" for a video's frame), ``time`` (seconds
-into a video: its best frame's) and ``box`` (a region's [x0, y0, x1, y1] in pixels), null
-where they do not apply. A video hit also carries its ``duration`` and its ``moments``
+``kind`` ("photo" for a photo's items, "video" for a video's frame), ``time`` (seconds
+into a video: its best frame's) and ``region`` (the box of a photo's region item, [x0, y0,
+x1, y1] in the photo's pixels: a photo hit's best region, null when the whole photo matched
+best; wherein.search.regions), null where they do not apply. A video hit also carries its ``duration`` and its ``moments``
 (wherein.search.videos): the stretches of it that match, null for a photo. The mask fields are filled in by
 ``wherein.search.localize.masking.add_masks_to_hits`` when a search asks for masks; they
 are left out of the JSON form while unset. ``extra`` holds fields added by later
@@ -62,15 +63,16 @@ HIT_CORE_FIELDS = (
     "item_id",
     "kind",
     "time",
-    "box",
+    "region",
     # Added with videos: at the end, so the columns before them keep their places.
     "duration",
     "moments",
 )
 # A hit's kind is its file's media kind (the catalog's images.kind: "photo", "video", or any
 # kind registered in wherein.indexer.kinds). A row that names no file kind (written before
-# kinds) gets it from its item's kind: "image" a photo's one item, "frame" a video's.
-HIT_KINDS = {"image": "photo", "frame": "video"}
+# kinds) gets it from its item's kind: "image" a photo's whole item, "region" one of its
+# regions, "frame" a video's.
+HIT_KINDS = {"image": "photo", "region": "photo", "frame": "video"}
 # The fields of one of a video hit's moments, in this order.
 MOMENT_FIELDS = ("start", "end", "time", "score", "probability")
 # Present only when set (masks).
@@ -172,7 +174,7 @@ class Hit:
     item_id: int | None = None
     kind: str | None = None
     time: float | None = None  # seconds into a video (a frame)
-    box: list[float] | None = None  # [x0, y0, x1, y1] in pixels (a region)
+    region: list[float] | None = None  # [x0, y0, x1, y1] in the photo's pixels (a region)
     # -- a video (kind "video"): time is its best frame's -------------------------
     duration: float | None = None  # seconds
     moments: list[dict[str, Any]] | None = None  # MOMENT_FIELDS each; None for a frame hit
@@ -223,7 +225,7 @@ class Hit:
             item_id=row.get("item_id"),
             kind=hit_kind,
             time=row.get("t"),
-            box=row.get("box"),
+            region=row.get("box"),
             duration=row.get("duration"),
             mtime_ns=row["mtime_ns"],
             taken_key=key,

@@ -11,7 +11,8 @@ described by ``schemas/hit.schema.json``):
 - ``paths``: one path per line (``xargs``-friendly; ``paths0`` ends each with NUL), a
   video's once however many of its frames matched (``--frames``);
 - ``table``: rank, probability, score, size in pixels, path; stale entries marked; a
-  video's path with its hit's time, ``clip.mp4 @ 1:23``.
+  video's path with its hit's time, ``clip.mp4 @ 1:23``, a photo's with its region when one
+  matched best, ``big.jpg @ 2412,1106-2741,1435`` (x0,y0-x1,y1 in its pixels).
 
 ``table()`` and ``human_bytes()`` are the plain-text helpers every command's
 human-readable output uses.
@@ -38,7 +39,7 @@ FORMATS = ("table", "json", "nl", "csv", "paths", "paths0")
 _INT_FIELDS = {"rank", "width", "height", "id", "size", "item_id"}
 _FLOAT_FIELDS = {"score", "probability", "mask_area", "mask_score", "time", "duration"}
 _BOOL_FIELDS = {"exists"}
-_JSON_FIELDS = {"bbox", "gps", "box", "moments"}
+_JSON_FIELDS = {"bbox", "gps", "region", "moments"}
 
 
 def render(
@@ -194,7 +195,11 @@ def to_table(hits: Sequence[Hit], photo: Sequence[str] = (), near: str | None = 
 
 
 def _at(h: Hit) -> str:
-    """' @ 1:23' after a timed file's path (a video's): where in it to look."""
+    """' @ 1:23' after a timed file's path (a video's), ' @ x0,y0-x1,y1' after a photo's with
+    a region: where in it to look."""
+    if h.region is not None:
+        x0, y0, x1, y1 = (round(v) for v in h.region)
+        return f" @ {x0},{y0}-{x1},{y1}"
     if h.time is None:
         return ""
     from wherein.search.videos import clock

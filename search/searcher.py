@@ -47,6 +47,7 @@ from wherein.schemas.errors import IndexError_, ModelError
 from wherein.schemas.records import HIT_KINDS, Hit
 from wherein.search.query import SORT_KEYS, Query, QueryError, Term
 from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, rank_order
+from wherein.search.regions import fold_photo
 from wherein.search.selection import Selection, check_glob
 from wherein.search.videos import (
     first_per_file,
@@ -344,11 +345,13 @@ class Searcher:
             if kind is not None:
                 of_kind = self.store.catalog.embedded_ids(file_kind=kind)
                 allowed = of_kind if allowed is None else np.intersect1d(allowed, of_kind)
-            # Folding costs a look-up of each candidate's file: not for a library of photos.
-            fold = not sel.frames and self.store.catalog.holds_videos()
+            # Folding costs a look-up of each candidate's file: not for a library of photos
+            # without regions.
+            regions = not sel.frames and self.store.catalog.holds_regions()
+            fold = not sel.frames and (regions or self.store.catalog.holds_videos())
             ids = self._candidates(qv, k, min_probability, min_score, allowed, fold)
             t2 = time.perf_counter()
-            hits = self._join(qv, ids, k, min_probability, min_score, check_exists, fold)
+            hits = self._join(qv, ids, k, min_probability, min_score, check_exists, fold, regions)
         _sort(hits, sel.sort, sel.reverse)
         t3 = time.perf_counter()
         self.last_timings = {
@@ -474,10 +477,13 @@ class Searcher:
         min_score,
         check_exists,
         fold: bool = False,
+        regions: bool = False,
     ) -> list[Hit]:
         """Exact scores from the catalog's vectors, the cut, then catalog rows -> Hits.
 
-        fold: one hit per file, its best item's (a video's best frame), with moments."""
+        fold: one hit per file, its best item's (a video's best frame), with moments.
+        regions: the index holds photos' regions: a photo's items are folded into its hit
+        before the cut (its calibrated probability decides whether it passes)."""
         if len(ids) == 0:
             return []
         cat = self.store.catalog
@@ -498,7 +504,7 @@ class Searcher:
         if fold:
             order = first_per_file(order, self._files_of(got))
         limit = _limit(k, min_probability, min_score)
-        if limit is not None:
+        if limit is not None and not regions:
             order = order[:limit]
         rows = cat.hit_rows(got[order])
         hits: list[Hit] = []
@@ -515,9 +521,53 @@ class Searcher:
                     check_exists=check_exists,
                 )
             )
+        if regions:
+            hits = self._fold_regions(qv, hits, min_probability, min_score)[:limit]
         if fold and any(_timed(h) for h in hits):
             hits = self._fold_timed(qv, hits, min_probability, min_score)
         return hits
+
+    def _fold_regions(
+        self, qv: QueryVectors, hits: list[Hit], min_probability, min_score
+    ) -> list[Hit]:
+        """Each hit of a file with regions (a photo) becomes its file's: its best item (exact scores)
+        and that item's region, with the calibrated score and probability
+        (wherein.search.regions); a photo whose probability is under --min-probability is
+        left out, and so is one whose score is under --min-score. Then ranked again, best
+        first, equal scores by item id."""
+        cat = self.store.catalog
+        items = cat.photo_regions(h.id for h in hits if not _timed(h))
+        scale = self.text_tower.logit_scale if qv.text is not None else None
+        floor = None
+        if min_probability is not None and qv.text is not None:
+            floor = self.text_tower.cosine_for_probability(min_probability) - THRESHOLD_SLACK
+        out: list[Hit] = []
+        for h in hits:
+            located = items.get(h.id)
+            if not located:
+                out.append(h)
+                continue
+            got, vecs = cat.vectors_for([i for i, _ in located])
+            box_of = dict(located)
+            vecs = unit_rows(vecs)
+            text_cos = exact_scores(vecs, qv.text) if qv.text is not None else None
+            whole = np.array([box_of[int(i)] is None for i in got])
+            f = fold_photo(got, exact_scores(vecs, qv.full), text_cos, whole, scale)
+            if floor is not None and f.text_cos is not None and f.text_cos < floor:
+                continue
+            if min_score is not None and f.score < min_score - THRESHOLD_SLACK:
+                continue
+            prob = None if f.text_cos is None else float(self.text_tower.probability(f.text_cos))
+            out.append(
+                h.replace(
+                    item_id=int(got[f.best]),
+                    score=f.score,
+                    probability=prob,
+                    region=box_of[int(got[f.best])],
+                )
+            )
+        order = rank_order([h.score for h in out], [h.item_id or h.id for h in out])
+        return [out[i].replace(rank=n + 1) for n, i in enumerate(order)]
 
     def _fold_timed(
         self, qv: QueryVectors, hits: list[Hit], min_probability, min_score

@@ -138,6 +138,8 @@ def commit_batch(cat: Catalog, all_steps: Sequence[Step], model_id: str) -> int:
                 else:
                     vector = donor_vector[d.row]
                 image_id = cat.insert_image(record(path, p, model_id, now), *located(p, vector))
+                if d.kind is Kind.EMBED and p.tiling is not None and p.regions is not None:
+                    cat.mark_tiled(image_id, p.tiling, p.regions)
                 changed = True
             row = photo_row(image_id, p) if image_id is not None else None
             if row is not None:

@@ -22,6 +22,7 @@ from wherein.indexer.ingest.walk import FoundFile
 from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
 from wherein.indexer.kinds.registry import kind_by_name, kind_of
 from wherein.indexer.photometa import PhotoMeta
+from wherein.indexer.regions import Tiling
 from wherein.indexer.video.probe import VideoError
 from wherein.schemas.models import ImageInput
 
@@ -114,10 +115,13 @@ def load_timed(found: FoundFile, kind: MediaKind) -> Prepared | Unsettled:
     return res
 
 
-def load_file(found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT) -> Prepared | Unsettled:
+def load_file(
+    found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT, tiling: Tiling | None = None
+) -> Prepared | Unsettled:
     """Read, hash, decode and preprocess one walked file (runs in a decode thread). Its kind
     is its content's (indexer/kinds): a file of a timed kind (a video) is hashed and probed
-    only, and is never read whole."""
+    only, and is never read whole. tiling: a large photo is also cut into regions
+    (indexer/regions.py), by its kind."""
     hint = kind_by_name(found.path)
     if hint is None or hint.timed:
         kind = kind_of(found.path)
@@ -131,6 +135,6 @@ def load_file(found: FoundFile, spec: ImageInput, draft: bool = JPEG_DRAFT) -> P
     if kind.timed:  # a clip or an animation under a photo's name
         del data
         return load_timed(found, kind)
-    prepared = kind.prepare(data, spec, draft, mtime_ns)
+    prepared = kind.prepare(data, spec, draft, mtime_ns, tiling)
     prepared.ctime_ns, prepared.inode = identity
     return prepared

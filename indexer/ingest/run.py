@@ -23,11 +23,13 @@ from wherein.indexer.ingest.commit import Routed, commit_batch, finish
 from wherein.indexer.ingest.pipeline import CommitPolicy, Step, default_workers, run_pipeline
 from wherein.indexer.ingest.plan import Kind, Known, Plan, SkipEntry, Work, plan, route
 from wherein.indexer.ingest.read import Unsettled, load_file
+from wherein.indexer.ingest.tile import cut_photos
 from wherein.indexer.ingest.videos import FrameChunk, FrameFeed, FrameSettings, VideoJob
 from wherein.indexer.ingest.walk import WalkProblem, under_any, walk
 from wherein.indexer.kinds.registry import named
 from wherein.indexer.models.registry import ImageEmbedder, refuse_other_family
 from wherein.indexer.photometa import fill_photos
+from wherein.indexer.regions import DEFAULT_TILING, Tiling
 from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import IndexStore
 
@@ -46,6 +48,8 @@ class RunStats:
     unsettled: int = 0  # changed while being read: left for the next run
     photos: int = 0  # images whose EXIF metadata was read (new, changed, or backfilled)
     invalidated: int = 0
+    regions: int = 0  # region items embedded this run (photos cut into tiles)
+    tiled: int = 0  # photos embedded before regions were on, cut this run
     videos: int = 0  # videos whose frames were sampled to their end this run
     frames: int = 0  # video frames embedded this run
     damage: list[tuple[str, str]] = field(default_factory=list)  # (path, why the rest was skipped)
@@ -98,6 +102,8 @@ class RunStats:
             "problems": [{"path": p.path, "reason": p.reason} for p in self.problems],
             "bad_roots": [p.path for p in self.bad_roots],
             "photo_metadata_read": self.photos,
+            "regions": self.regions,
+            "photos_cut": self.tiled,
             "videos": self.videos,
             "frames": self.frames,
             "video_damage": [{"path": p, "damage": d} for p, d in self.damage],
@@ -156,7 +162,8 @@ class _Run:
         self.unfinished = {row.id for row in plan.gone.values() if not row.complete}
 
     def load(self, work: Work) -> Prepared | Unsettled:
-        return load_file(work.found, self.indexer.tower.spec.image, self.indexer.draft)
+        i = self.indexer
+        return load_file(work.found, i.tower.spec.image, i.draft, i.tiling)
 
     def route(self, work: Work, read: Prepared | Unsettled) -> Step[Routed | FrameChunk]:
         d = route(work, read, self.plan, self.claimed, self.embedding)
@@ -202,6 +209,8 @@ class _Run:
                 self._count_frames(s.item)
             else:
                 self.stats.count(s.item.decision.kind)
+                if s.item.decision.kind is Kind.EMBED and isinstance(s.item.read, Prepared):
+                    self.stats.regions += s.item.read.regions or 0
                 files += 1
         if self.progress and files:
             self.progress(files)
@@ -229,7 +238,10 @@ class Indexer:
         commit_model_seconds: float = 2.0,
         draft: bool = JPEG_DRAFT,
         frames: FrameSettings = FrameSettings(),  # noqa: B008 - frozen, shared safely
+        regions: bool = False,
     ) -> None:
+        """regions: cut large photos into regions from now on (the index keeps the setting:
+        later runs of any command that writes it cut them too)."""
         self.store = store
         self.tower = tower
         self.workers = workers or default_workers()
@@ -238,6 +250,17 @@ class Indexer:
         )
         self.draft = draft
         self.frames = frames
+        self.regions = regions
+        self.tiling: Tiling | None = None  # set by run(): the index's setting
+
+    def _prepare_regions(self) -> None:
+        """The index's regions setting: turned on by this indexer's ``regions``, kept by the
+        index for every later run."""
+        cat = self.store.catalog
+        if self.regions and cat.get_meta("regions") is None:
+            with cat.transaction():
+                cat.set_meta("regions", DEFAULT_TILING.name)
+        self.tiling = DEFAULT_TILING if cat.get_meta("regions") is not None else None
 
     def _prepare_model(self, stats: RunStats) -> None:
         cat = self.store.catalog
@@ -277,6 +300,7 @@ class Indexer:
         t0 = time.perf_counter()
         cat = self.store.catalog
         self._prepare_model(stats)
+        self._prepare_regions()
         abs_roots = [os.path.abspath(os.path.expanduser(str(r))) for r in roots]
         found = list(walk(abs_roots, include_hidden, stats.problems))
         stats.seen = len(found)
@@ -308,6 +332,8 @@ class Indexer:
                 side=r.frames,
             )
             stats.deleted = finish(cat, p, r.claimed)
+            if self.tiling is not None:  # the photos indexed before regions were on
+                stats.tiled = self._cut(abs_roots, pool, stats)
             # What this run read went in with its rows; this reads the EXIF of rows under
             # the roots indexed before the photos table existed (headers only, no embedding).
             stats.photos += fill_photos(cat, self.workers, under=abs_roots)
@@ -319,3 +345,21 @@ class Indexer:
             stats.seconds = time.perf_counter() - t0
             stats.vectors_note = self.store.ensure_vectors(persist=persist_vectors)
         return stats
+
+    def _cut(self, roots: list[str], pool: ThreadPoolExecutor, stats: RunStats) -> int:
+        """Cut the photos under roots that were indexed before regions were on."""
+        assert self.tiling is not None
+        before = self.store.catalog.count_tiled()[1]
+        n = cut_photos(
+            self.store.catalog,
+            self.tower,
+            self.tower.spec.image,
+            self.tiling,
+            self.workers,
+            roots,
+            self.draft,
+            self.policy,
+            pool,
+        )
+        stats.regions += self.store.catalog.count_tiled()[1] - before
+        return n

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from wherein.indexer.imaging import Locator, Prepared
+    from wherein.indexer.regions import Tiling
     from wherein.indexer.video.probe import VideoInfo
     from wherein.indexer.video.sample import Frame
     from wherein.schemas.models import ImageInput
@@ -72,9 +73,17 @@ class MediaKind:
         return Path(path).suffix.lower() in self.extensions
 
     # -- untimed kinds --------------------------------------------------------------
-    def prepare(self, data: bytes, spec: ImageInput, draft: bool, mtime_ns: int) -> Prepared:
+    def prepare(
+        self,
+        data: bytes,
+        spec: ImageInput,
+        draft: bool,
+        mtime_ns: int,
+        tiling: Tiling | None = None,
+    ) -> Prepared:
         """The file's bytes decoded and preprocessed into its items (read and hashed by
-        ingest); an error in Prepared.error, never raised."""
+        ingest); an error in Prepared.error, never raised. tiling: also cut it into regions
+        (indexer/regions.py), for a kind whose items can be boxes of it."""
         raise NotImplementedError(f"{self.name} is timed: probe and sample it")
 
     # -- timed kinds ----------------------------------------------------------------

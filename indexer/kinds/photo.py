@@ -1,4 +1,5 @@
-"""Photos: still images, one whole-image item each (regions may add boxes).
+"""Photos: still images, one whole-image item each; with regions on, a large photo also yields
+a few region items, boxes of it (indexer/regions.py), and image_at crops a box.
 
 By content: the signatures of the formats imaging.py decodes (JPEG, PNG, GIF, WebP, TIFF,
 BMP, HEIF/AVIF brands, JPEG 2000, PNM). Photo is the registry's last kind, so a GIF, WebP
@@ -18,6 +19,7 @@ from wherein.indexer.photometa import photo_meta_from_bytes
 if TYPE_CHECKING:
     from PIL import Image
 
+    from wherein.indexer.regions import Tiling
     from wherein.schemas.models import ImageInput
 
 _MAGIC = (
@@ -60,8 +62,17 @@ class Photo(MediaKind):
     def sniff(self, head: bytes, path: str | Path | None) -> bool:
         return image_signature(head)
 
-    def prepare(self, data: bytes, spec: ImageInput, draft: bool, mtime_ns: int) -> Prepared:
-        prepared = prepare(data, spec, draft, mtime_ns)
+    def prepare(
+        self,
+        data: bytes,
+        spec: ImageInput,
+        draft: bool,
+        mtime_ns: int,
+        tiling: Tiling | None = None,
+    ) -> Prepared:
+        # Regions: its whole item first (the same input as without them), then a large
+        # photo's tiles, boxes of it (indexer/regions.py).
+        prepared = prepare(data, spec, draft, mtime_ns, tiling)
         if not prepared.error:
             # From the bytes in hand: the metadata pass after the run never reopens this file.
             prepared.photo = photo_meta_from_bytes(data)

@@ -12,7 +12,8 @@ here, never the other way round.
 
 The methods live by table, one module each: files.py (images), items.py (items and
 embeddings), skips.py, labels.py, photos.py (and a hit's row), meta.py, integrity.py,
-vector_rows.py (the vectors.f16 lifecycle and transaction()), videos.py, beside connection.py
+vector_rows.py (the vectors.f16 lifecycle and transaction()), videos.py, regions.py (a
+photo's region items and the tiled table), beside connection.py
 (opening, refusing, naming damage) and salvage.py. Each is a mixin over base.py's
 CatalogBase, and Catalog below joins them and opens the connection. Mixins rather than
 composed parts: callers keep one object with the same methods (a part per table would
@@ -68,7 +69,8 @@ from wherein.indexer.store.connection import (
 )
 from wherein.indexer.store.integrity import IntegrityChecks
 from wherein.indexer.store.labels import LabelsTable
-from wherein.indexer.store.photos import PHOTO_COLUMNS, PhotosTable
+from wherein.indexer.store.photos import PHOTO_COLUMNS
+from wherein.indexer.store.regions import RegionsTable
 from wherein.indexer.store.salvage import Salvaged, salvage, stamped_schema
 from wherein.indexer.store.skips import SkipsTable
 
@@ -114,7 +116,7 @@ def _kind_column(db: sqlite_utils.Database) -> str:
     return "'photo'"
 
 
-class Catalog(PhotosTable, SkipsTable, LabelsTable, IntegrityChecks):
+class Catalog(RegionsTable, SkipsTable, LabelsTable, IntegrityChecks):
     def __init__(
         self, path: Path, readonly: bool = False, verify: bool = False, verify_rows: bool = False
     ) -> None:

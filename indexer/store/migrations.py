@@ -257,7 +257,28 @@ def m007_file_kinds(db: sqlite_utils.Database) -> None:
     _set_version(db, 7)
 
 
-SCHEMA_VERSION = 7  # the number of the last step above
+# A photo cut into regions ('region' items, each with its box): which tiling cut it and
+# how many regions it gave (0: too small, or flat all over). A photo without a row here was
+# never cut: a run with regions on cuts it then, adding its region items beside its whole
+# image's item, which stays as it is (no re-embedding).
+_TILED = """
+CREATE TABLE IF NOT EXISTS tiled (
+    image_id INTEGER PRIMARY KEY REFERENCES images(id) ON DELETE CASCADE,
+    tiling TEXT NOT NULL,  -- indexer/regions.py's Tiling.name
+    regions INTEGER NOT NULL
+)
+"""
+
+
+@MIGRATIONS()
+def m008_tiled(db: sqlite_utils.Database) -> None:
+    """The tiled table. Empty at first: no photo of an older index was cut into regions, and
+    nothing else moves."""
+    db.execute(_TILED)
+    _set_version(db, 8)
+
+
+SCHEMA_VERSION = 8  # the number of the last step above
 
 
 def stamped_version(conn: sqlite3.Connection) -> int:
@@ -287,6 +308,11 @@ def has_videos(db: sqlite_utils.Database) -> bool:
 def has_file_kinds(db: sqlite_utils.Database) -> bool:
     """Whether images has the kind column (m007 applied)."""
     return m007_file_kinds.__name__ not in pending(db)
+
+
+def has_tiled(db: sqlite_utils.Database) -> bool:
+    """Whether the tiled table exists (m008 applied): a read-only older catalog has none."""
+    return m008_tiled.__name__ not in pending(db)
 
 
 def paths_are_bytes(db: sqlite_utils.Database) -> bool:

@@ -35,6 +35,9 @@ class IndexStatus:
     frames: int = 0  # their frame items
     videos_incomplete: int = 0  # a run stopped mid-video: the next index run finishes them
     video_damage: list[dict[str, str]] = field(default_factory=list)  # {"path", "damage"}
+    regions: str | None = None  # the tiling later runs cut photos by (index --regions)
+    photos_cut: int = 0  # photos cut into regions (or found to need none)
+    region_items: int = 0  # their region items
     models: dict | None = None  # models_report(): would these models keep the vectors?
     family: str | None = None  # the model family that built the vectors (registry key)
     check: dict | None = None  # {"ok", "problems", "repaired"} after `status --check`
@@ -67,6 +70,9 @@ class IndexStatus:
             "frames": self.frames,
             "videos_incomplete": self.videos_incomplete,
             "video_damage": self.video_damage,
+            "regions": self.regions,
+            "photos_cut": self.photos_cut,
+            "region_items": self.region_items,
         }
         if self.models is not None:
             out["models"] = self.models
@@ -89,6 +95,7 @@ def index_status(store: IndexStore) -> IndexStatus:
         )
     dim = cat.get_meta("dim")
     videos = cat.video_counts()
+    cut, region_items = cat.count_tiled()
     return IndexStatus(
         index=str(store.dir),
         images=cat.count_embedded(),
@@ -112,6 +119,9 @@ def index_status(store: IndexStore) -> IndexStatus:
         frames=videos["frames"],
         videos_incomplete=videos["incomplete"],
         video_damage=[{"path": p, "damage": d} for p, d in cat.video_damage()],
+        regions=cat.get_meta("regions"),
+        photos_cut=cut,
+        region_items=region_items,
     )
 
 

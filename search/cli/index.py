@@ -50,6 +50,13 @@ def register(cli: click.Group) -> None:
 )
 @decode_options
 @frame_options
+@click.option(
+    "--regions",
+    is_flag=True,
+    help="Also embed each large photo as a few overlapping regions (tiles), so that small "
+    "things in it are found and a hit says where (its region). The index keeps the setting: "
+    "later runs cut new photos too, and photos indexed before are cut without re-embedding.",
+)
 @quiet_option
 @click.option(
     "--wait",
@@ -85,6 +92,7 @@ def index(
     no_draft,
     frame_every,
     max_frames,
+    regions,
     quiet,
     wait,
     watch,
@@ -113,6 +121,7 @@ def index(
         draft=not no_draft,
         frame_every=frame_every,
         max_frames=max_frames,
+        regions=regions,
         wait=wait,
     )
     bar = progress(quiet, fmt)
@@ -174,11 +183,15 @@ def _summary(stats, total: int) -> str:
     if stats.videos or stats.frames:
         sampled = "1 video" if stats.videos == 1 else f"{stats.videos} videos"
         videos = f"; {sampled} sampled ({stats.frames} frames embedded)"
-    # One vocabulary: a file (photo, video) yields items (a photo one, a video its frames);
-    # the index searches items.
+    regions = ""
+    if stats.regions or stats.tiled:
+        cut = f", {stats.tiled} indexed earlier cut now" if stats.tiled else ""
+        regions = f"; {stats.regions} regions embedded{cut}"
+    # One vocabulary: a file (photo, video) yields items (a photo one, a video its frames,
+    # a large photo with --regions its regions too); the index searches items.
     return (
-        f"{stats.seen} files: {', '.join(parts)}{gone}{videos}; {total} items in the index "
-        f"({stats.files_per_second:.1f} files/s)"
+        f"{stats.seen} files: {', '.join(parts)}{gone}{videos}{regions}; {total} items in the "
+        f"index ({stats.files_per_second:.1f} files/s)"
     )
 
 
@@ -280,6 +293,11 @@ def status(index_dir, models_dir, check, repair, fmt):
                 f"  vectors.f16 {human_bytes(vf['apparent_bytes'])} apparent, "
                 f"{human_bytes(vf['allocated_bytes'])} allocated "
                 f"(about {human_bytes(vf['dead_bytes'])} in dead rows)"
+            )
+        if info.get("regions"):
+            click.echo(
+                f"regions    {info['region_items']} regions of {info['photos_cut']} photos cut "
+                f"({info['regions']})"
             )
         if info["videos"]:
             click.echo(

@@ -40,6 +40,7 @@ class IndexRequest:
     draft: bool = True  # JPEG draft decoding
     frame_every: float = 2.0  # videos: a frame at least this often, seconds (and at cuts)
     max_frames: int = 600  # videos: at most this many frames each
+    regions: bool = False  # cut large photos into regions from now on (the index keeps it)
     wait: bool = False  # wait for another writer instead of failing with IndexLocked
 
 
@@ -138,7 +139,14 @@ def index(
         if rebuilt is not None and on_rebuilt is not None:
             on_rebuilt(rebuilt)
         frames = FrameSettings(every=req.frame_every, max_frames=req.max_frames)
-        indexer = Indexer(store, tower, workers=req.workers, draft=req.draft, frames=frames)
+        indexer = Indexer(
+            store,
+            tower,
+            workers=req.workers,
+            draft=req.draft,
+            frames=frames,
+            regions=req.regions,
+        )
         stats = indexer.run(
             paths,
             include_hidden=req.hidden,

@@ -301,15 +301,15 @@ def test_a_file_yields_items_each_with_its_vector_and_locator(cat):
     ]
     assert rows[region]["box"] == [10, 20, 110, 220] and rows[region]["path"] == "/p/big.png"
     hits = {i: Hit.from_row(rows[i], 1, 0.5).to_dict() for i in rows}
-    assert {k: hits[photo][k] for k in ("id", "item_id", "kind", "time", "box")} == {
+    assert {k: hits[photo][k] for k in ("id", "item_id", "kind", "time", "region")} == {
         "id": photo,
         "item_id": photo,
         "kind": "photo",
         "time": None,
-        "box": None,
+        "region": None,
     }
     assert (hits[frames[1]]["kind"], hits[frames[1]]["time"]) == ("video", 2.5)  # its file's
-    assert (hits[region]["kind"], hits[region]["box"]) == ("photo", [10, 20, 110, 220])
+    assert (hits[region]["kind"], hits[region]["region"]) == ("photo", [10, 20, 110, 220])
     assert sorted(i for i, _ in cat.embedded_paths(["/p"])) == [photo, *frames, region]
     assert cat.known_files()["/p/clip.mp4"][4]  # embedded: its items have vectors
     with cat.transaction():

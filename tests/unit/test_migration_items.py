@@ -59,8 +59,9 @@ def test_open_gives_each_image_one_item_with_its_id_and_keeps_every_vector(v3):
         "m005_items",
         "m006_videos",
         "m007_file_kinds",
+        "m008_tiled",
     ]
-    assert cat.schema_version == 7
+    assert cat.schema_version == 8
     assert cat.count_items() == cat.count_images() == len(images) == 8
     cat.close()
     assert raw(db, "SELECT id, image_id, kind FROM items ORDER BY id") == [
@@ -126,7 +127,7 @@ def test_search_answers_as_schema_3_did(v3, standin_models):
             got = [(h.path, h.score) for h in hits]
             assert by_score(got) == by_score(want), query
             np.testing.assert_allclose([x for _, x in got], [x for _, x in want], atol=1e-6)
-            assert all(h.kind == "photo" and h.time is None and h.box is None for h in hits)
+            assert all(h.kind == "photo" and h.time is None and h.region is None for h in hits)
             assert [h.item_id for h in hits] == [h.id for h in hits]
         if v3.name == "index":  # EXIF, read by `wherein index`, reaches hits through items
             camera = s.search("green", k=20, camera="Canon", check_exists=False)

@@ -48,7 +48,8 @@ def test_open_adds_the_videos_table_and_keeps_every_row_item_and_vector(v5):
     before = {t: sorted(raw(db, f"SELECT * FROM {t}")) for t in tables}
     faiss = (v5 / "vectors.faiss").read_bytes()
     cat = Catalog(db)
-    assert cat.migrated == ["m006_videos", "m007_file_kinds"] and cat.schema_version == 7
+    assert cat.migrated == ["m006_videos", "m007_file_kinds", "m008_tiled"]
+    assert cat.schema_version == 8
     cat.close()
     after = {t: sorted(raw(db, f"SELECT * FROM {t}")) for t in tables}
     # images gains its files' kind (m007), every one a photo: schema 5 indexed no video.
@@ -77,4 +78,4 @@ def test_migrated_index_checks_searches_and_reindexes_as_before(v5, standin_mode
     assert hits[0] == pytest.approx(expected[0]) and len(hits) == len(expected)
     assert sorted(p for p, _ in hits) == sorted(p for p, _ in expected)
     status = json.loads(run(cli, ["status", "--json", "--index", str(v5)], env=env).stdout)
-    assert status["schema_version"] == 7 and status["vectors_current"]
+    assert status["schema_version"] == 8 and status["vectors_current"]

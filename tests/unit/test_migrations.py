@@ -35,6 +35,7 @@ STEPS = [
     "m005_items",
     "m006_videos",
     "m007_file_kinds",
+    "m008_tiled",
 ]
 
 
@@ -66,7 +67,7 @@ def test_first_open_migrates_in_place_keeping_every_row_and_vector(v1):
     before_meta = dict(raw(db, "SELECT key, value FROM meta"))
     before_labels = sorted(raw(db, "SELECT * FROM labels"))
     cat = Catalog(db)
-    assert cat.migrated == STEPS and cat.schema_version == SCHEMA_VERSION == 7
+    assert cat.migrated == STEPS and cat.schema_version == SCHEMA_VERSION == 8
     # Every row as it was, and each a photo (m007): the first release indexed photos only.
     assert cat.rows_by_ids(before_rows) == {
         i: {**row, "file_kind": "photo"} for i, row in before_rows.items()
@@ -77,7 +78,7 @@ def test_first_open_migrates_in_place_keeping_every_row_and_vector(v1):
         assert v.astype("<f4").tobytes() == before_vecs[i]
     assert [tuple(s.values()) for s in cat.skipped()] == before_skips
     assert {k: cat.get_meta(k) for k in before_meta} == {
-        k: json.loads(v) if k != "schema_version" else 7 for k, v in before_meta.items()
+        k: json.loads(v) if k != "schema_version" else 8 for k, v in before_meta.items()
     }
     # m004: each row's ctime and inode unknown (trusted on size and mtime until read again)
     assert {k[:2] for k in cat.known_files().values()} == {

@@ -141,18 +141,22 @@ function drawWhere(id, m) {
   const thumb = document.querySelector(`#grid .card[data-id="${id}"] .thumb`);
   const largest = m.bbox && m.bbox.largest;  // [x0, y0, x1, y1], x1/y1 exclusive
   if (!thumb || !largest || !m.width || !m.height) return;
+  thumb.querySelector(".where")?.remove();
+  thumb.appendChild(outline("where", largest, m.width, m.height, `${m.prompt}: ${pct(m.mask_area)} of the image`));
+}
+
+// A box [x0, y0, x1, y1] of a width x height photo, outlined on its thumbnail.
+function outline(cls, [x0, y0, x1, y1], width, height, title) {
   // The thumbnail is contained in a square: the photo's long side spans it, centred.
-  const side = Math.max(m.width, m.height);
-  const [x0, y0, x1, y1] = largest;
+  const side = Math.max(width, height);
   const box = document.createElement("div");
-  box.className = "where";
-  box.title = `${m.prompt}: ${pct(m.mask_area)} of the image`;
-  box.style.left = `${(((side - m.width) / 2 + x0) / side) * 100}%`;
-  box.style.top = `${(((side - m.height) / 2 + y0) / side) * 100}%`;
+  box.className = cls;
+  box.title = title;
+  box.style.left = `${(((side - width) / 2 + x0) / side) * 100}%`;
+  box.style.top = `${(((side - height) / 2 + y0) / side) * 100}%`;
   box.style.width = `${((x1 - x0) / side) * 100}%`;
   box.style.height = `${((y1 - y0) / side) * 100}%`;
-  thumb.querySelector(".where")?.remove();
-  thumb.appendChild(box);
+  return box;
 }
 
 function card(h, i) {
@@ -168,6 +172,8 @@ function card(h, i) {
   img.alt = basename(h.path);
   img.src = h.thumb_url;
   thumb.appendChild(img);
+  // Where it matched before any mask runs: the region of the photo that scored best.
+  if (h.region && h.width && h.height) thumb.appendChild(outline("region", h.region, h.width, h.height, "the region that matched best"));
   if (isVideo(h)) {
     // The thumbnail is the best frame; the badge says it is a video, and how long.
     const badge = el("span", "badge", `\u25B6 ${clock(h.duration)}`);

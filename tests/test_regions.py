@@ -1,0 +1,154 @@
+"""Regions of large photos (`wherein index --regions`): a small thing in a big photo is found,
+with its region; photos without it keep their probabilities; an index gains regions without
+re-embedding its photos, and keeps the setting."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image, ImageDraw
+
+from wherein.indexer.models.standins.palette import COLOURS
+from wherein.indexer.store.index_store import IndexStore
+from wherein.schemas.records import HIT_SCHEMA_PATH
+from wherein.search.cli import cli
+
+W, H = 2016, 1512  # large enough to be cut (3 MP: quick to draw and decode)
+SPECK = (1400, 300, 150)  # x, y, side of the red square: 0.7% of the photo
+
+
+def rgb(name: str) -> tuple[int, int, int]:
+    return tuple(round(c * 255) for c in COLOURS[name])  # type: ignore[return-value]
+
+
+def draw_photos(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    img = Image.new("RGB", (W, H), rgb("white"))
+    x, y, side = SPECK
+    ImageDraw.Draw(img).rectangle((x, y, x + side - 1, y + side - 1), fill=rgb("red"))
+    img.save(root / "speck.png")
+    Image.new("RGB", (W, H), rgb("white")).save(root / "plain.png")
+    img = Image.new("RGB", (W, H), rgb("white"))
+    ImageDraw.Draw(img).rectangle((300, 200, 1500, 1200), fill=rgb("blue"))
+    img.save(root / "blue.png")
+    img = Image.new("RGB", (W, H), rgb("blue"))  # its one region shows less blue than it
+    ImageDraw.Draw(img).rectangle((500, 900, 599, 999), fill=rgb("yellow"))
+    img.save(root / "sea.png")
+    # Confetti: red spread all over among other colours, no red thing anywhere. Each of
+    # its regions shows a share of red a little off the whole photo's, by chance.
+    rng = np.random.default_rng(7)
+    names = ["red", "green", "blue", "yellow", "purple", "white"]
+    for n in range(3):
+        cells = rng.integers(0, len(names), size=(H // 84, W // 84))
+        arr = np.array([rgb(names[i]) for i in cells.ravel()], dtype=np.uint8)
+        tiles = arr.reshape(*cells.shape, 3).repeat(84, 0).repeat(84, 1)
+        Image.fromarray(tiles).save(root / f"confetti{n}.png")
+
+
+def run(*args, ok: bool = True):
+    res = CliRunner().invoke(cli, list(map(str, args)))
+    if ok:
+        assert res.exit_code == 0, res.output + repr(res.exception)
+    return res
+
+
+def hits(*args) -> dict[str, dict]:
+    out = json.loads(run("search", *args, "--json").stdout)
+    return {Path(h["path"]).name: h for h in out}
+
+
+def whole_vectors(index: Path) -> dict[int, bytes]:
+    """file id -> the bytes of its whole item's vector."""
+    with IndexStore.open(index) as store:
+        cat = store.catalog
+        ids = [row[0] for row in cat.known_files().values()]
+        return {i: v.tobytes() for i, v in cat.file_vectors(ids).items()}
+
+
+@pytest.fixture()
+def photos(tmp_path) -> Path:
+    draw_photos(tmp_path / "photos")
+    return tmp_path / "photos"
+
+
+def test_a_small_red_square_in_a_big_photo_is_found_with_its_region(env, photos):
+    plain_index = env["index"].with_name("plain")
+    run("index", photos, "-q", "--index", plain_index)
+    before = hits("red", "-k", "9", "--index", plain_index)
+    # One glance at the whole photo: the square is too small to count.
+    assert before["speck.png"]["probability"] < 1.2 * before["plain.png"]["probability"]
+    assert "speck.png" not in hits("red", "-p", "0.05", "--index", plain_index)
+
+    run("index", photos, "-q", "--regions")
+    found = hits("red", "-p", "0.05")
+    assert "speck.png" in found and not {"plain.png", "blue.png"} & found.keys()
+    speck = found["speck.png"]
+    assert speck["probability"] >= 3 * before["plain.png"]["probability"]
+    x0, y0, x1, y1 = speck["region"]
+    x, y, side = SPECK
+    assert x0 <= x and y0 <= y and x + side <= x1 and y + side <= y1  # where it is, whole
+    assert (x1 - x0) * (y1 - y0) < W * H / 8  # and a small part of the photo
+    jsonschema.Draft202012Validator(json.loads(HIT_SCHEMA_PATH.read_text())).validate(speck)
+    # The whole photo matched best: no region.
+    assert hits("blue", "-k", "9")["sea.png"]["region"] is None
+    # Item by item (--frames): the speck's region and its whole photo, each located.
+    items = json.loads(run("search", "red", "--frames", "-k", "40", "--json").stdout)
+    speck_items = [h for h in items if h["path"].endswith("speck.png")]
+    assert [h["region"] for h in speck_items][0] == speck["region"]
+    assert None in [h["region"] for h in speck_items]
+
+
+def test_photos_without_the_thing_keep_their_probabilities(env, photos):
+    plain_index = env["index"].with_name("plain")
+    run("index", photos, "-q", "--index", plain_index)
+    run("index", photos, "-q", "--regions")
+    things = {"red": "speck.png", "yellow": "sea.png", "green": None}  # a small thing in one
+    for query, thing in things.items():
+        before = hits(query, "-k", "9", "--index", plain_index)
+        after = hits(query, "-k", "9")
+        assert before.keys() == after.keys()
+        assert thing is None or after[thing]["probability"] > 1.4 * before[thing]["probability"]
+        for name in after.keys() - {thing}:
+            assert after[name]["probability"] <= before[name]["probability"] + 1e-9, (query, name)
+
+
+def test_an_index_gains_regions_without_re_embedding_and_keeps_the_setting(
+    env, photos, monkeypatch, tmp_path
+):
+    from wherein.indexer.models.image_tower import ImageTower
+
+    seen: list[int] = []
+    real_embed = ImageTower.embed
+
+    def counting(self, batch):
+        seen.append(len(batch))
+        return real_embed(self, batch)
+
+    monkeypatch.setattr(ImageTower, "embed", counting)
+    run("index", photos, "-q")
+    assert sum(seen) == 7
+    whole = whole_vectors(env["index"])
+    seen.clear()
+    report = json.loads(run("index", photos, "--regions", "--json").stdout)
+    assert (report["embedded"], report["unchanged"], report["photos_cut"]) == (0, 7, 7)
+    assert report["regions"] > 0 and sum(seen) == report["regions"]  # only the regions
+    assert whole_vectors(env["index"]) == whole  # the same ids, the same vectors
+    assert hits("red", "-k", "1", "--glob", "speck.png")["speck.png"]["region"] is not None
+    # The index keeps the setting: a new photo is cut by a plain run, nothing else is.
+    shutil.copyfile(photos / "speck.png", tmp_path / "speck.png")
+    img = Image.open(photos / "speck.png").transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    img.save(photos / "flipped.png")
+    seen.clear()
+    report = json.loads(run("index", photos, "--json").stdout)
+    assert (report["embedded"], report["photos_cut"], report["regions"]) == (1, 0, 1)
+    assert sum(seen) == 2  # its whole view and its one region
+    assert hits("red", "-k", "1", "--glob", "flipped.png")["flipped.png"]["region"]
+    seen.clear()
+    report = json.loads(run("index", photos, "--json").stdout)
+    assert (report["embedded"], report["regions"], sum(seen)) == (0, 0, 0)
