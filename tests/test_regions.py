@@ -152,3 +152,23 @@ def test_an_index_gains_regions_without_re_embedding_and_keeps_the_setting(
     seen.clear()
     report = json.loads(run("index", photos, "--json").stdout)
     assert (report["embedded"], report["regions"], sum(seen)) == (0, 0, 0)
+
+
+def test_watch_cuts_the_photos_it_indexes_once_the_index_has_regions(env, tmp_path):
+    from test_watch import Watcher
+
+    live = tmp_path / "live"
+    draw_photos(live)
+    run("index", live, "-q", "--regions")  # --watch below is not told: the index says so
+    w = Watcher(live, env)
+    try:
+        w.wait_ready()
+        img = Image.open(live / "speck.png").transpose(Image.Transpose.FLIP_TOP_BOTTOM)
+        img.save(live / "new.png")
+        w.wait_reported("embedded", 1)
+        with IndexStore.open(env["index"]) as store:
+            new = store.catalog.ids_for_paths([str(live / "new.png")])[str(live / "new.png")]
+            assert store.catalog.photo_regions([new])[new][1][1] is not None  # a region item
+    finally:
+        code, _, err = w.stop()
+    assert code == 130 and "Traceback" not in err
