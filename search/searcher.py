@@ -263,12 +263,17 @@ class Searcher:
         stored = self._indexed_vector(path)
         if stored is not None:
             return stored  # already embedded: no need to load the image tower
-        if (found := media.kind_of(path)).timed:
-            raise QueryError(f"{term.value}: {found.a} is used with --like once it is indexed")
         from wherein.indexer.imaging import DecodeError, decode
+        from wherein.indexer.regular import read_regular
 
         try:
-            img, _ = decode(path, self.model.spec.image.size)
+            data = read_regular(path)  # swapped for a FIFO or a device since: refused
+        except OSError as exc:
+            raise QueryError(f"{term.value}: cannot read ({exc.strerror or exc})") from None
+        if (found := media.kind_of(path, data[: media.HEAD_BYTES])).timed:
+            raise QueryError(f"{term.value}: {found.a} is used with --like once it is indexed")
+        try:
+            img, _ = decode(data, self.model.spec.image.size)
         except DecodeError as exc:
             raise QueryError(f"{term.value}: {exc}") from None
         tower = self.image_tower

@@ -8,6 +8,10 @@ its last name meanwhile, it changed while being read: the result is Unsettled,
 nothing about the file is recorded this run, and the next run (seeing a new
 stat, or no file) deals with it. So a stored row never pairs one version's stat
 with another version's hash.
+
+Only a regular file is read, and no further than fstat's size and one byte
+(indexer/regular.py): a FIFO, a device or a socket under a media name, or swapped
+in mid-run, is a recorded skip with its reason, never a hang or unbounded memory.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from wherein.indexer.imaging import JPEG_DRAFT, Prepared, read_error
 from wherein.indexer.ingest.walk import FoundFile
@@ -23,6 +26,7 @@ from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
 from wherein.indexer.kinds.registry import kind_by_name, kind_of
 from wherein.indexer.photometa import PhotoMeta
 from wherein.indexer.regions import Tiling
+from wherein.indexer.regular import MAX_PHOTO_BYTES, open_regular, read_fd, too_large
 from wherein.indexer.video.probe import VideoError
 from wherein.schemas.models import ImageInput
 
@@ -40,20 +44,23 @@ class _Changed(Exception):
     pass
 
 
-def _read_all(f: BinaryIO) -> bytes:
-    return f.read()
+def _read_all(path: str, fd: int, size: int) -> bytes:
+    """The file's bytes, one more than `size` at most (a seam: tests change the file here)."""
+    return read_fd(fd, size)
 
 
 def read_whole(path: str) -> tuple[bytes, int, tuple[int, int]]:
     """(bytes, mtime_ns, (ctime_ns, inode)) of one consistent version of the file; size is
     len(bytes).
 
-    Raises OSError when it cannot be read, _Changed when it changed during the read.
+    Raises OSError when it cannot be read (NotRegular: a FIFO, a device; TooLarge), _Changed
+    when it changed during the read.
     """
-    with open(path, "rb") as f:
-        before = os.fstat(f.fileno())
-        data = _read_all(f)
-        after = os.fstat(f.fileno())
+    with open_regular(path) as (fd, before):
+        if before.st_size > MAX_PHOTO_BYTES:
+            raise too_large(path, before.st_size, MAX_PHOTO_BYTES)
+        data = _read_all(path, fd, before.st_size)
+        after = os.fstat(fd)
     if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
         raise _Changed("changed while being read")
     if len(data) != after.st_size:
@@ -67,13 +74,14 @@ def hash_whole(path: str) -> tuple[str, int, int, tuple[int, int]]:
     """(sha256, size, mtime_ns, (ctime_ns, inode)) of one consistent version of a file too big
     to hold (a video), read in blocks; raises as read_whole does."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        before = os.fstat(f.fileno())
+    with open_regular(path) as (fd, before):
         n = 0
-        while block := f.read(_BLOCK):
+        # One block past the size fstat gave at most: a file that keeps growing is seen to
+        # have changed, never hashed on and on.
+        while n <= before.st_size and (block := os.read(fd, _BLOCK)):
             digest.update(block)
             n += len(block)
-        after = os.fstat(f.fileno())
+        after = os.fstat(fd)
     if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
         raise _Changed("changed while being read")
     if n != after.st_size:

@@ -12,9 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wherein.indexer.imaging import IMAGE_EXTENSIONS, Locator, Prepared, decode, prepare
+from wherein.indexer.imaging import (
+    IMAGE_EXTENSIONS,
+    DecodeError,
+    Locator,
+    Prepared,
+    decode,
+    prepare,
+)
 from wherein.indexer.kinds.base import MediaKind
 from wherein.indexer.photometa import photo_meta_from_bytes
+from wherein.indexer.regular import read_regular
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -80,7 +88,11 @@ class Photo(MediaKind):
         return prepared
 
     def image_at(self, path: str | Path, at: Locator) -> Image.Image:
-        image, _ = decode(Path(path))
+        try:
+            data = read_regular(path)  # a FIFO or a device there is refused, never read
+        except OSError as exc:
+            raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
+        image, _ = decode(data)
         if at.box is not None:
             x0, y0, x1, y1 = (round(v) for v in at.box)
             return image.crop((x0, y0, x1, y1))

@@ -20,6 +20,7 @@ import os
 from functools import cache
 from pathlib import Path
 
+from wherein.indexer import regular
 from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
 
 KIND_MODULES = {
@@ -64,11 +65,8 @@ def reads() -> str:
 
 
 def read_head(path: str | Path) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(HEAD_BYTES)
-    except OSError:
-        return b""
+    """The first bytes of a regular file (b"" for a FIFO or a device: never blocks)."""
+    return regular.read_head(path, HEAD_BYTES)
 
 
 def kind_by_name(path: str | Path) -> MediaKind | None:

@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 
 from wherein.indexer.ingest.walk import WalkProblem, walk
 from wherein.indexer.kinds.registry import kinds
+from wherein.indexer.regular import MAX_PHOTO_BYTES, open_regular, read_fd, too_large
 from wherein.schemas.errors import WhereinError
 
 TAR_SEP = "#"  # "/data/shard-0001.tar#000123.jpg"
@@ -140,5 +141,7 @@ def read_item(item_uri: str, offset: int, length: int) -> tuple[bytes, int]:
     path = local_path(item_uri)
     if path is None:
         return _read_remote(item_uri), 0
-    with open(path, "rb") as f:
-        return f.read(), os.fstat(f.fileno()).st_mtime_ns
+    with open_regular(path) as (fd, st):  # a FIFO or a device is never read
+        if st.st_size > MAX_PHOTO_BYTES:
+            raise too_large(path, st.st_size, MAX_PHOTO_BYTES)
+        return read_fd(fd, st.st_size)[: st.st_size], st.st_mtime_ns

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wherein.indexer.regular import read_head
+
 VIDEO_EXTENSIONS = frozenset(
     [".mp4", ".m4v", ".mov", ".qt", ".3gp", ".3g2", ".mkv", ".webm", ".avi"]
 )
@@ -60,8 +62,4 @@ def is_video_name(path: str | Path) -> bool:
 
 def is_video_file(path: str | Path) -> bool:
     """True when the file's content is a video container, whatever its name says."""
-    try:
-        with open(path, "rb") as f:
-            return sniff(f.read(HEAD_BYTES)) is not None
-    except OSError:
-        return False
+    return sniff(read_head(path, HEAD_BYTES)) is not None

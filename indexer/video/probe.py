@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import av
 
+from wherein.indexer.regular import NotRegular, check_regular
+
 if TYPE_CHECKING:
     from av.container import InputContainer
     from av.video.stream import VideoStream
@@ -43,11 +45,14 @@ def open_video(path: str | Path) -> tuple[InputContainer, VideoStream]:
     """The container and its first video stream, or a VideoError saying why not."""
     p = Path(path)
     try:
-        if p.stat().st_size == 0:
+        # FFmpeg opens the path itself: a FIFO there would block it, /dev/zero never end.
+        if check_regular(p).st_size == 0:
             raise VideoError("empty file")
         container = av.open(str(p), mode="r")
     except VideoError:
         raise
+    except NotRegular as exc:
+        raise VideoError(str(exc.strerror)) from None
     except (av.FFmpegError, OSError) as exc:
         # FFmpeg's reason in a word ("moov atom not found" is only logged; the error says
         # "Invalid data found when processing input").

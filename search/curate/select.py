@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wherein.indexer.regular import open_regular
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import Hit
 
@@ -128,10 +129,14 @@ def materialise(placements: Sequence[Placement], mode: str = "copy") -> list[Pat
 
 
 def _copy_exclusive(src: Path, dst: Path, created: list[Path]) -> None:
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    created.append(dst)
-    with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-        shutil.copyfileobj(inp, out, 1 << 20)
+    with open_regular(src) as (src_fd, st):  # a FIFO or a device is never copied
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        created.append(dst)
+        with os.fdopen(fd, "wb") as out:
+            left = st.st_size  # what the file held when opened: never more
+            while left > 0 and (block := os.read(src_fd, min(left, 1 << 20))):
+                out.write(block)
+                left -= len(block)
     shutil.copystat(src, dst)
 
 

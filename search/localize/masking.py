@@ -32,6 +32,7 @@ from PIL import Image, ImageDraw
 
 from wherein.indexer.imaging import DecodeError, decode
 from wherein.indexer.paths import make_folder
+from wherein.indexer.regular import read_regular
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE, CLIPSEG_MASK_THRESHOLD
 from wherein.schemas.records import HIT_MASK_FIELDS
@@ -317,7 +318,11 @@ def plan_parallelism(k: int, cores: int | None = None) -> tuple[int, int]:
 def open_for_mask(path: str | Path, full_size: bool = False) -> tuple[Image.Image, tuple[int, int]]:
     """Decode in viewing orientation; big JPEGs decode reduced (libjpeg scaling) to at least
     twice CLIPSeg's input on each side, which also covers a preview overlay."""
-    return decode(Path(path), draft_size=None if full_size else CLIPSEG_IMAGE_SIZE)
+    try:
+        data = read_regular(path)  # a FIFO or a device there is refused, never read
+    except OSError as exc:
+        raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
+    return decode(data, draft_size=None if full_size else CLIPSEG_IMAGE_SIZE)
 
 
 def preview_base(image: Image.Image, size: tuple[int, int]) -> Image.Image:
@@ -426,7 +431,7 @@ def see(
 
     def compute() -> Seen:
         try:
-            data = path.read_bytes()
+            data = read_regular(path)
         except OSError as exc:
             raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
         image, size = decode(data, draft_size=CLIPSEG_IMAGE_SIZE)

@@ -368,8 +368,8 @@ def test_file_changed_while_being_read(standin_models, tmp_path, monkeypatch, ch
     draw_shape(victim, "white")  # changed since the first run: it is read again
     real_read = read_mod._read_all
 
-    def read_while_changing(f):
-        if f.name == str(victim):
+    def read_while_changing(path, fd, size):
+        if path == str(victim):
             if change == "grown":
                 with open(victim, "ab") as g:
                     g.write(b"\0" * 999)
@@ -380,7 +380,7 @@ def test_file_changed_while_being_read(standin_models, tmp_path, monkeypatch, ch
                 os.replace(tmp_path / "new.png", victim)
             else:
                 victim.unlink()
-        return real_read(f)
+        return real_read(path, fd, size)
 
     monkeypatch.setattr(read_mod, "_read_all", read_while_changing)
     stats = index(idx, standin_models, [photos])
