@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -253,8 +254,64 @@ def test_an_image_among_the_hits_is_refused(indexed, command):
     photo = indexed["photos"] / "red_square.jpg"  # a hit of "red"
     before = photo.read_bytes()
     res = run(*COMMANDS[command], "--export", photo, "--format", "csv", ok=False)
-    assert "this command reads" in one_error_line(res)
+    assert "a file in the index" in one_error_line(res)  # before the search
     assert photo.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", ["search", "select"])
+@pytest.mark.parametrize("how", ["named", "symlink", "hard link"])
+def test_an_indexed_file_that_is_not_a_hit_is_refused(indexed, tmp_path, command, how):
+    """Not a hit of `red -k 3` and not read by the command: still the user's photo."""
+    photo = indexed["photos"] / "nested" / "yellow.gif"
+    dest = {"named": photo, "symlink": tmp_path / "rows.jsonl", "hard link": tmp_path / "h.jsonl"}
+    if how == "symlink":
+        dest[how].symlink_to(photo)
+    elif how == "hard link":
+        os.link(photo, dest[how])
+    before = photo.read_bytes()
+    res = run(*COMMANDS[command], "--export", dest[how], "--format", "jsonl", ok=False)
+    assert "a file in the index" in one_error_line(res)
+    assert photo.read_bytes() == before
+
+
+def test_a_hard_link_to_the_catalog_is_refused(indexed, tmp_path):
+    link = tmp_path / "rows.csv"
+    os.link(indexed["index"] / "catalog.db", link)
+    before = digest(indexed["index"])
+    res = run(*COMMANDS["search"], "--export", link, ok=False)
+    assert "index folder" in one_error_line(res)
+    assert digest(indexed["index"]) == before
+
+
+@pytest.fixture()
+def bind_mount(tmp_path):
+    """mount --bind SRC DST (root only), unmounted after the test."""
+    mounted: list[Path] = []
+
+    def mount(src: Path, dst: Path) -> Path:
+        dst.mkdir()
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            pytest.skip("needs root and mount")
+        if subprocess.run(["mount", "--bind", src, dst], capture_output=True).returncode:
+            pytest.skip("cannot bind-mount here")
+        mounted.append(dst)
+        return dst
+
+    yield mount
+    for dst in mounted:
+        subprocess.run(["umount", "-l", dst], capture_output=True)
+
+
+@pytest.mark.parametrize("command", ["search", "dupes"])
+def test_the_index_folder_through_a_bind_mount_is_refused(indexed, tmp_path, bind_mount, command):
+    alias = bind_mount(indexed["index"], tmp_path / "alias")
+    before = digest(indexed["index"])
+    res = run(*COMMANDS[command], "--export", alias / "catalog.db", "--format", "csv", ok=False)
+    assert "index folder" in one_error_line(res)
+    res = run(*COMMANDS[command], "--export", alias / "new.csv", ok=False)
+    assert "index folder" in one_error_line(res)
+    assert digest(indexed["index"]) == before
+    run(*COMMANDS[command])  # the index still works
 
 
 # -- label formats -----------------------------------------------------------------------------

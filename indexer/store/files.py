@@ -87,6 +87,19 @@ class FilesTable(VectorFileRows):
         ).fetchone()
         return self._row(row) if row else None
 
+    def paths_maybe_of(self, inode: int, size: int) -> list[str]:
+        """Paths of the rows that may be the file with this inode: recorded with it, or (rows
+        from before inodes were recorded) with this size. The caller stats each path and
+        compares device and inode: a candidate list, not an answer."""
+        if self._identity.startswith("NULL"):
+            rows = self._conn.execute("SELECT path FROM images WHERE size = ?", (size,))
+        else:
+            rows = self._conn.execute(
+                "SELECT path FROM images WHERE inode = ? OR (inode IS NULL AND size = ?)",
+                (inode, size),
+            )
+        return [_path(p) for (p,) in rows]
+
     def all_paths(self) -> list[str]:
         return [_path(p) for (p,) in self._conn.execute("SELECT path FROM images")]
 

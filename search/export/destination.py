@@ -9,8 +9,9 @@
   write error (a full device) is an error;
 - anything else that exists (a block device, a socket) is refused;
 - a path inside a kept folder (the index) or equal to a kept file (an input the
-  command reads) is refused before anything is written, whatever the link or
-  ``..`` spelling that leads there.
+  command reads), or a file the index lists (a hit or not), is refused before anything
+  is written. Files and folders are compared by device and inode, not by name: a
+  symlink, ``..``, a hard link or a bind mount of the index folder leads nowhere else.
 
 A folder export (yolo, masks) needs a new or empty folder; labels.py builds it
 beside the target and renames it into place. The frames of a one-file export (COCO over
@@ -24,7 +25,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -40,6 +41,19 @@ class Keep:
 
     path: Path
     what: str  # how the error names it: "the index folder", "an input of this command"
+
+
+@dataclass(frozen=True)
+class IndexedFiles:
+    """The files an index lists, hits or not: no export ever replaces one.
+
+    which(path, stat) names the indexed path that is this very file (same device and
+    inode, whatever the path that leads there), or None."""
+
+    which: Callable[[Path, os.stat_result], str | None]
+
+
+Guard = Keep | IndexedFiles
 
 
 @dataclass(frozen=True)
@@ -84,7 +98,7 @@ def _keep_mode(old: Path, new: Path) -> None:
 
 
 def resolve(
-    dest: str | Path, fmt: Format, keep: Sequence[Keep] = (), reads: Iterable[str] = ()
+    dest: str | Path, fmt: Format, keep: Sequence[Guard] = (), reads: Iterable[str] = ()
 ) -> Destination:
     """Where an export to ``dest`` goes, or an ExportError saying why it may not.
 
@@ -128,6 +142,7 @@ def resolve(
         raise ExportError(f"{given}: exists and is not a folder (a {fmt.name} export is a folder)")
     if stat.S_ISREG(mode):
         _refuse_inputs(given, path, target, reads)
+        _refuse_indexed(given, target, st, keep)
         return Destination(given, "file", target)
     if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
         return Destination(given, "stream", target)
@@ -149,7 +164,7 @@ _FRAME_FILE = re.compile(r".+@\d+\.\d\ds(-\d+)?\.jpg")
 
 
 def frames_destination(
-    given: str, folder: Path, keep: Sequence[Keep] = (), reads: Iterable[str] = ()
+    given: str, folder: Path, keep: Sequence[Guard] = (), reads: Iterable[str] = ()
 ) -> Path:
     """The folder (its real path) a one-file export's frames go to, or an ExportError: never
     inside a kept folder, never a folder holding anything but frames (an earlier export's,
@@ -193,18 +208,68 @@ def frames_destination(
     return target
 
 
-def _refuse_kept(given: str, target: Path, keep: Sequence[Keep]) -> None:
+def _refuse_kept(given: str, target: Path, keep: Sequence[Guard]) -> None:
+    """ExportError when target (a real path, existing or not) is, or is inside, what keep
+    guards: by device and inode, so that another path to the same folder or file (a bind
+    mount, a hard link) is caught as well as the same path."""
+    st = _stat(target)
+    chain = [(s.st_dev, s.st_ino) for s in map(_stat, [target, *target.parents]) if s]
     for k in keep:
+        if isinstance(k, IndexedFiles):
+            continue  # _refuse_indexed, once the inputs are checked (a hit says so)
         kept = Path(os.path.realpath(k.path.expanduser().absolute()))
-        if kept in target.parents or (target == kept and kept.is_dir()):
+        kst = _stat(kept)
+        if kst is None:  # nothing there yet: its name is all there is to compare
+            if kept in target.parents or target == kept:
+                raise ExportError(_inside(given, k))
+            continue
+        kid = (kst.st_dev, kst.st_ino)
+        if stat.S_ISDIR(kst.st_mode):
+            if kid in chain:
+                raise ExportError(_inside(given, k))
+            if st is not None and st.st_nlink > 1 and _holds(kept, st):
+                raise ExportError(_is(given, k))  # a hard link to one of its files
+        elif st is not None and (st.st_dev, st.st_ino) == kid:
+            raise ExportError(_is(given, k))
+
+
+def _refuse_indexed(given: str, target: Path, st: os.stat_result, keep: Sequence[Guard]) -> None:
+    for k in keep:
+        indexed = k.which(target, st) if isinstance(k, IndexedFiles) else None
+        if indexed is not None:
+            which = "" if indexed in (given, str(target)) else f" ({indexed})"
             raise ExportError(
-                f"{given}: is inside {k.what} {k.path}; an export never writes there: "
-                "choose a path outside it"
+                f"{given}: is a file in the index{which}; an export never replaces it: "
+                "choose another path"
             )
-        if target == kept or _same_file(target, kept):
-            raise ExportError(
-                f"{given}: is {k.what} {k.path}; an export never overwrites it: choose another path"
-            )
+
+
+def _inside(given: str, k: Keep) -> str:
+    return (
+        f"{given}: is inside {k.what} {k.path}; an export never writes there: "
+        "choose a path outside it"
+    )
+
+
+def _is(given: str, k: Keep) -> str:
+    return f"{given}: is {k.what} {k.path}; an export never overwrites it: choose another path"
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _holds(folder: Path, st: os.stat_result) -> bool:
+    """Whether a file below folder is the file st describes (a hard link to it)."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            other = _stat(Path(root, name))
+            if other is not None and (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                return True
+    return False
 
 
 def _refuse_inputs(given: str, path: Path, target: Path, reads: Iterable[str]) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wherein.schemas.records import Hit
-from wherein.search.export.destination import Keep, resolve
+from wherein.search.export.destination import Guard, resolve
 from wherein.search.export.errors import ExportError
 from wherein.search.export.formats import Format, export_format
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # numpy-free at import
 def check_export(
     path: str | Path,
     fmt: str | None = None,
-    keep: Sequence[Keep] = (),
+    keep: Sequence[Guard] = (),
     masks: bool = True,
 ) -> Format:
     """Fail before any work when the export cannot be written: format, pyarrow, destination."""
@@ -46,7 +46,7 @@ def write_export(
     fmt: str | None = None,
     prompt: str | None = None,
     labels: StoredLabels | None = None,
-    keep: Sequence[Keep] = (),
+    keep: Sequence[Guard] = (),
 ) -> Path:
     """Write hits to path (- for standard output); returns the path. An ExportError for a bad format, a
     missing pyarrow or a destination that may not be written (see destination.py).

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from wherein.search.export.destination import Destination, Keep, frames_destination, resolve
+from wherein.search.export.destination import Destination, Guard, frames_destination, resolve
 from wherein.search.export.errors import ExportError, LabelExportError
 from wherein.search.export.formats import FORMATS, LABEL_FORMATS, Format
 from wherein.search.export.pieces import (  # re-exported: the label export's vocabulary
@@ -92,7 +92,7 @@ def encode_piece(item: LabelledImage, fmt: str, categories: Categories | Sequenc
 
 
 def check_destination(
-    dest: str | Path, fmt: str, keep: Sequence[Keep] = (), reads: Iterable[str] = ()
+    dest: str | Path, fmt: str, keep: Sequence[Guard] = (), reads: Iterable[str] = ()
 ) -> Destination:
     """Fail before any work: see destination.resolve (a folder export needs a new or empty
     folder; nothing inside a kept folder, over a kept file or an image read)."""
@@ -118,7 +118,7 @@ class LabelWriter:
         dest: str | Path,
         fmt: str,
         categories: Categories | Sequence[str],
-        keep: Sequence[Keep] = (),
+        keep: Sequence[Guard] = (),
         reads: Iterable[str] = (),
     ) -> None:
         reads = list(reads)  # checked now, and again when the first frame comes
@@ -254,7 +254,7 @@ def write_labels(
     dest: str | Path,
     fmt: str,
     categories: Categories | Sequence[str],
-    keep: Sequence[Keep] = (),
+    keep: Sequence[Guard] = (),
     reads: Iterable[str] = (),
 ) -> Path:
     """Encode and merge in one process; returns the export's path."""
@@ -360,7 +360,7 @@ def export_hits(
     fmt: str,
     prompt: str,
     labels: StoredLabels | None = None,
-    keep: Sequence[Keep] = (),
+    keep: Sequence[Guard] = (),
 ) -> tuple[Path, int]:
     """Export masked hits; the category is the prompt, or the image's best stored label.
 

@@ -7,7 +7,8 @@ follows ``$defs/export`` in schemas/select.schema.json).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,13 @@ class Exported:
 
 
 def export_keep(index_dir: str | Path | None, inputs: Sequence[str | Path] = ()) -> list[Any]:
-    """What no export may write: the index folder, and the files the command reads."""
+    """What no export may write: the index folder, every file the index lists, and the files
+    the command reads."""
     from wherein.indexer import paths as P
-    from wherein.search.export.destination import Keep
+    from wherein.search.export.destination import IndexedFiles, Keep
 
-    keep = [Keep(P.index_dir(index_dir), "the index folder")]
+    folder = P.index_dir(index_dir)
+    keep: list[Any] = [Keep(folder, "the index folder"), IndexedFiles(_indexed_in(folder))]
     return keep + [Keep(Path(p), "an input of this command") for p in inputs]
 
 
@@ -67,6 +70,37 @@ def check_destination(
             f"export to {F.listing(F.TABLE_FORMATS)}"
         )
     return check_export(path, f.name, keep, masks=mask is not None)
+
+
+def _indexed_in(folder: Path) -> Callable[[Path, os.stat_result], str | None]:
+    """which(path, stat) of IndexedFiles for the index in folder: the catalog's row at that
+    path, else a row recorded with the file's inode whose path is that very file now (a
+    hard link, a bind mount, a symlink's target). Opened read-only, only when an export
+    would replace an existing file."""
+
+    def which(target: Path, st: os.stat_result) -> str | None:
+        from wherein.indexer.store.catalog import Catalog
+        from wherein.indexer.store.index_store import CATALOG_FILE
+
+        db = folder / CATALOG_FILE
+        if not db.is_file():
+            return None
+        catalog = Catalog(db, readonly=True)
+        try:
+            if catalog.row_by_path(str(target)) is not None:
+                return str(target)
+            for path in catalog.paths_maybe_of(st.st_ino, st.st_size):
+                try:
+                    other = os.stat(path)
+                except OSError:
+                    continue
+                if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                    return path
+            return None
+        finally:
+            catalog.close()
+
+    return which
 
 
 def export_hits(
