@@ -275,11 +275,19 @@ def test_the_frames_folder_never_writes_over_what_is_not_ours(
 
     (frames / "notes.txt").unlink()
     export_hits(hits, dest, "coco", "red")
-    first = sorted(p.name for p in frames.iterdir())
+    first = listing(frames)
     export_hits(masked_hits(standin_models, model, clip, [6.5]), dest, "coco", "red")
     # An export again: its own earlier frames are replaced, nothing else is touched.
     assert first == ["clip.mp4@5.00s.jpg"]
-    assert sorted(p.name for p in frames.iterdir()) == ["clip.mp4@6.50s.jpg"]
+    assert listing(frames) == ["clip.mp4@6.50s.jpg"]
+
+    # A user's file named like a frame: not the export's (its manifest says what is), kept.
+    theirs = frames / "clip.mp4@99.00s.jpg"
+    theirs.write_bytes(b"a user's photo")
+    with pytest.raises(Exception, match="clip.mp4@99.00s.jpg"):
+        export_hits(hits, dest, "coco", "red")
+    assert theirs.read_bytes() == b"a user's photo"
+    theirs.unlink()
 
     # Those frames indexed since, and now an input of the export: never replaced.
     indexed = frames / "clip.mp4@6.50s.jpg"
@@ -289,9 +297,12 @@ def test_the_frames_folder_never_writes_over_what_is_not_ours(
     before = indexed.read_bytes()
     with pytest.raises(Exception, match="an image this command reads"):
         export_hits(again, dest, "coco", "red")
-    assert indexed.read_bytes() == before and sorted(p.name for p in frames.iterdir()) == [
-        "clip.mp4@6.50s.jpg"
-    ]
+    assert indexed.read_bytes() == before and listing(frames) == ["clip.mp4@6.50s.jpg"]
+
+
+def listing(frames: Path) -> list[str]:
+    """The frames in a frames folder (its manifest, a dot-file, left out)."""
+    return sorted(p.name for p in frames.iterdir() if not p.name.startswith("."))
 
 
 # -- end to end: an indexed folder of clips and photos --------------------------------------

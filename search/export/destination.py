@@ -16,13 +16,15 @@
 A folder export (yolo, masks) needs a new or empty folder; labels.py builds it
 beside the target and renames it into place. The frames of a one-file export (COCO over
 videos) go into a folder beside it (``frames_destination``): a new one, or one that holds
-nothing but the frames an earlier export wrote there, which the new frames replace.
+nothing but the frames an earlier export wrote there (as its manifest, FRAMES_MANIFEST,
+records them: name, size and time), which the new frames replace. A file that merely looks
+like a frame is not one of them.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import stat
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from wherein.indexer.regular import read_regular
 from wherein.indexer.store.atomic import atomic_path
 from wherein.search.export.errors import ExportError
 from wherein.search.export.formats import STDOUT, Format
@@ -159,8 +162,41 @@ def resolve(
     )
 
 
-# What an export's frames folder holds: <video name>@<seconds>s[-<id>].jpg files.
-_FRAME_FILE = re.compile(r".+@\d+\.\d\ds(-\d+)?\.jpg")
+# What a frames folder's export wrote there: name -> [size, mtime_ns] of each frame.
+FRAMES_MANIFEST = ".wherein-frames.json"
+_MANIFEST_LIMIT = 64 << 20
+
+
+def write_frames_manifest(folder: Path) -> None:
+    """Record the frames in folder (an export's, before it is renamed into place): a later
+    export replaces the folder only while it holds these files, unchanged, and nothing else."""
+    frames = {}
+    for e in os.scandir(folder):
+        if e.name != FRAMES_MANIFEST and e.is_file(follow_symlinks=False):
+            st = e.stat(follow_symlinks=False)
+            frames[e.name] = [st.st_size, st.st_mtime_ns]
+    (folder / FRAMES_MANIFEST).write_text(json.dumps(frames, sort_keys=True))
+
+
+def _frames_written(folder: Path) -> dict[str, list[int]]:
+    """The frames an earlier export recorded in folder ({} without a readable manifest)."""
+    path = folder / FRAMES_MANIFEST
+    if os.path.islink(path):
+        return {}
+    try:
+        data = json.loads(read_regular(path, _MANIFEST_LIMIT))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _written(entry: os.DirEntry, frames: dict[str, list[int]]) -> bool:
+    if entry.name == FRAMES_MANIFEST:
+        return True
+    if not entry.is_file(follow_symlinks=False):
+        return False
+    st = entry.stat(follow_symlinks=False)
+    return frames.get(entry.name) == [st.st_size, st.st_mtime_ns]
 
 
 def frames_destination(
@@ -186,17 +222,14 @@ def frames_destination(
     if not stat.S_ISDIR(st.st_mode):
         raise ExportError(f"{shown}: exists and is not a folder; move it or choose another path")
     try:
-        foreign = [
-            e.name
-            for e in os.scandir(target)
-            if not (_FRAME_FILE.fullmatch(e.name) and e.is_file(follow_symlinks=False))
-        ]
+        written = _frames_written(target)
+        foreign = sorted(e.name for e in os.scandir(target) if not _written(e, written))
     except OSError as exc:
         raise ExportError(f"{shown}: cannot read it ({exc.strerror or exc})") from None
     if foreign:
         raise ExportError(
-            f"{shown}: holds {foreign[0]!r}, which no export wrote; an export replaces only "
-            "its own frames: move it or choose another path"
+            f"{shown}: holds {foreign[0]!r}, which no export wrote (or it changed since); an "
+            "export replaces only its own frames: move it or choose another path"
         )
     names = {e.name for e in os.scandir(target)}
     for r in reads:

@@ -35,7 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from wherein.search.export.destination import Destination, Guard, frames_destination, resolve
+from wherein.search.export.destination import (
+    Destination,
+    Guard,
+    frames_destination,
+    resolve,
+    write_frames_manifest,
+)
 from wherein.search.export.errors import ExportError, LabelExportError
 from wherein.search.export.formats import FORMATS, LABEL_FORMATS, Format
 from wherein.search.export.pieces import (  # re-exported: the label export's vocabulary
@@ -201,6 +207,7 @@ class LabelWriter:
             return
         target = self._frames_target
         assert target is not None
+        write_frames_manifest(self._frames)
         old = None
         if target.is_dir():
             old = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.old")

@@ -3,7 +3,8 @@
 A 12-megapixel mask is 1.5 MB of packed bits; zlib level 1 compresses that in
 about 10 ms, while Pillow's PNG encoder spends over 100 ms per such image on
 its per-line path even at compress_level 0. The file is an ordinary PNG
-(greyscale, bit depth 1, filter 0 on every row): Pillow opens it as mode "1".
+(greyscale, bit depth 1, filter 0 on every row): Pillow opens it as mode "1". A tEXt
+chunk says wherein wrote it (indexer/outputs.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import struct
 import zlib
 
 import numpy as np
+
+from wherein.indexer.outputs import MARK
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -31,6 +34,8 @@ def encode_1bit(mask: np.ndarray, level: int = 1) -> bytes:
         [
             _SIGNATURE,
             _chunk(b"IHDR", header),
+            # Says who wrote it: an output folder's file of this name is replaced only then.
+            _chunk(b"tEXt", b"Software\0" + MARK),
             _chunk(b"IDAT", zlib.compress(rows.tobytes(), level)),
             _chunk(b"IEND", b""),
         ]

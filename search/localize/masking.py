@@ -21,7 +21,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -31,6 +31,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from wherein.indexer.imaging import DecodeError, decode
+from wherein.indexer.outputs import MARK, write_output
 from wherein.indexer.paths import make_folder
 from wherein.indexer.regular import read_regular
 from wherein.schemas.errors import WhereinError
@@ -244,15 +245,16 @@ class MaskResult:
 
     def overlay_jpeg(self, image: Image.Image, max_side: int | None = None) -> bytes:
         buf = io.BytesIO()
-        self.overlay(image, max_side).save(buf, "JPEG", quality=OVERLAY_QUALITY)
+        self.overlay(image, max_side).save(buf, "JPEG", quality=OVERLAY_QUALITY, comment=MARK)
         return buf.getvalue()
 
+    # Never through a link planted in the folder, never over a file wherein did not write.
     def save_mask(self, path: Path) -> Path:
-        Path(path).write_bytes(self.mask_png())
+        write_output(path, self.mask_png())
         return path
 
     def save_overlay(self, path: Path, image: Image.Image, max_side: int | None = None) -> Path:
-        Path(path).write_bytes(self.overlay_jpeg(image, max_side))
+        write_output(path, self.overlay_jpeg(image, max_side))
         return path
 
 
@@ -666,7 +668,14 @@ def add_masks_to_hits(
         files = write_mask_files(res, seen, out_dir, base, full, time)
         return {**values, "mask_path": files["mask"], "overlay_path": files["overlay"]}
 
-    values = [one(h) for h in hits] if workers == 1 else list(_pool(workers).map(one, hits))
+    if workers == 1:
+        values = [one(h) for h in hits]
+    else:
+        # Every mask finished (or failed) before any error is raised: none is still being
+        # written once the caller has the error.
+        futures = [_pool(workers).submit(one, h) for h in hits]
+        wait(futures)
+        values = [f.result() for f in futures]
     out = []
     for hit, v in zip(hits, values, strict=True):
         if min_mask_area is not None and (v["mask_area"] is None or v["mask_area"] < min_mask_area):

@@ -199,12 +199,15 @@ def _stored_labels(searcher, hits):
 
 
 def _masks_here(req: SelectRequest, hits, prompt, models_root, index_root):
-    """A mask PNG and overlay per hit in req.out_dir; the vision passes kept in the index."""
+    """A mask PNG and overlay per hit in req.out_dir (never inside the index folder); the
+    vision passes kept in the index."""
+    from wherein.indexer.outputs import refuse_in_index
     from wherein.search.cache.vision_store import VisionStore
     from wherein.search.service.mask import MaskSession
     from wherein.search.service.search import DEFAULT_MASK_DIR  # search --mask's, the same
 
     out = req.out_dir or DEFAULT_MASK_DIR
+    refuse_in_index(out, index_root)
     session = MaskSession(models_root, store=VisionStore.in_index(Path(index_root)))
     hits = session.add_masks(hits, prompt, out)
     return hits, MaskStep(prompt, "local", out, sum(1 for h in hits if h.mask_path))

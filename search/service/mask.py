@@ -129,6 +129,10 @@ def mask_image(
 
     path = resolve_image(image, index_dir)
     check_time(path, time)
+    if out_dir is not None:
+        from wherein.indexer.outputs import refuse_in_index
+
+        refuse_in_index(out_dir, P.index_dir(index_dir))
     models = ModelDir(P.models_dir(models_dir))
     if on_models is not None:
         on_models(models)

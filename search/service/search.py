@@ -133,6 +133,10 @@ def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
     q = request.check().parsed
     prompt = _mask_prompt(q, request.mask)
     keep = _check_export(searcher, q, request)
+    if request.mask is not None:  # before the search, not after it
+        from wherein.indexer.outputs import refuse_in_index
+
+        refuse_in_index(request.mask.out_dir, searcher.store.dir)
     hits = searcher.search(request, check_exists=request.check_exists)
     timings, warnings = dict(searcher.last_timings), list(searcher.last_warnings)
     labels = None
