@@ -4,44 +4,15 @@ Its own files from an earlier run are replaced."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from test_export_destinations import digest, indexed, one_error_line, run
 
-from wherein.search.cli import cli
+__all__ = ["indexed"]  # the fixture, shared with the export tests
 
 SEARCH = ["search", "red", "-k", "3", "--mask", "--json"]
-
-
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 1, result.output + repr(result.exception)
-    lines = [x for x in result.stderr.strip().splitlines() if not x.startswith("Using STAND-IN")]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    return lines[0]
-
-
-def digest(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-
-
-@pytest.fixture()
-def indexed(env, shapes) -> dict[str, Path]:
-    run("index", shapes, "-q")
-    return {**env, "photos": shapes}
 
 
 def mask_names(tmp_path: Path) -> list[str]:
