@@ -290,7 +290,7 @@ def image_loader(path: str | Path, time: float | None = None) -> Callable[[int],
     reduction), or the video's frame at `time` (full size)."""
     if time is not None:
         return lambda _draft: frame_image(path, time)
-    return lambda draft: decode(Path(path), draft_size=draft)[0]
+    return lambda draft: decode(photo_bytes(path), draft_size=draft)[0]
 
 
 # -- images and hits -------------------------------------------------------------------
@@ -320,11 +320,16 @@ def plan_parallelism(k: int, cores: int | None = None) -> tuple[int, int]:
 def open_for_mask(path: str | Path, full_size: bool = False) -> tuple[Image.Image, tuple[int, int]]:
     """Decode in viewing orientation; big JPEGs decode reduced (libjpeg scaling) to at least
     twice CLIPSeg's input on each side, which also covers a preview overlay."""
+    return decode(photo_bytes(path), draft_size=None if full_size else CLIPSEG_IMAGE_SIZE)
+
+
+def photo_bytes(path: str | Path) -> bytes:
+    """A photo's bytes, read only when it is a regular file (a FIFO or a device swapped in
+    is refused, never read); a DecodeError says why not."""
     try:
-        data = read_regular(path)  # a FIFO or a device there is refused, never read
+        return read_regular(path)
     except OSError as exc:
         raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
-    return decode(data, draft_size=None if full_size else CLIPSEG_IMAGE_SIZE)
 
 
 def preview_base(image: Image.Image, size: tuple[int, int]) -> Image.Image:
@@ -432,10 +437,7 @@ def see(
         return vision_cache(model).get(key, frame)
 
     def compute() -> Seen:
-        try:
-            data = read_regular(path)
-        except OSError as exc:
-            raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
+        data = photo_bytes(path)
         image, size = decode(data, draft_size=CLIPSEG_IMAGE_SIZE)
         return seen_stored(model, image, size, data, store)
 
