@@ -1,6 +1,16 @@
-"""Time the catalog's migration and its path handling on a first-release catalog of N rows.
+"""Time the catalog's migration and its path handling on a first-release catalog of N rows;
+with --checks, what the damage checks cost instead.
 
     .venv/bin/python bench/bench_catalog.py --n 100000
+    .venv/bin/python bench/bench_catalog.py --checks --n 1000000
+
+--checks builds a current catalog of N photos (rows, items, photos) whose vectors are
+either in vectors.f16 (build-index's layout) or float32 blobs in the catalog (index's;
+--blobs), then times a reader's open with and without the check of the tables of files
+and items (Catalog(verify_rows=True): PRAGMA quick_check of images, items, photos, videos),
+the whole file's PRAGMA quick_check (what a writer runs before its first write), a table
+count, and the CRC-32 of an IVF-SQ8 vectors.faiss of N 768-d vectors (checked on every
+open of the FAISS file).
 
 Builds a catalog in the first release's layout (schema 1: paths as UTF-8 text,
 768-d float32 vectors) with plain sqlite3, as that release wrote it, then times:
@@ -72,11 +82,100 @@ def timed(f):
     return time.perf_counter() - t, out
 
 
+def checks(n: int, dim: int, blobs: bool) -> None:
+    """The damage checks' cost on a current catalog of n photos."""
+    import os
+
+    from wherein.indexer.store.vectors import file_crc32
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        db = Path(tmp) / "catalog.db"
+        cat = Catalog(db)
+        rng = np.random.default_rng(2)
+        t_fill = time.perf_counter()
+        with cat.transaction():
+            cat.set_meta("dim", dim)
+            if not blobs:
+                cat.use_vector_file(dim)
+        for s in range(0, n, 20000):
+            recs = [record(i) for i in range(s, min(s + 20000, n))]
+            vecs = rng.standard_normal((len(recs), dim)).astype(np.float32)
+            with cat.transaction():
+                cat.insert_images(recs, vecs)
+            cat.store_photos(
+                {
+                    "image_id": r["id"],
+                    "size": r["size"],
+                    "mtime_ns": r["mtime_ns"],
+                    "taken": "2024-01-01 12:00:00",
+                    "make": "Phone",
+                    "model": "X",
+                }
+                for r in recs
+            )
+        cat.close()
+        t_fill = time.perf_counter() - t_fill
+        size = db.stat().st_size
+
+        def open_close(**kw) -> None:
+            Catalog(db, **kw).close()
+
+        open_close()  # the page cache warm, as for every open after the first
+        t_open, _ = timed(open_close)
+        t_rows, _ = timed(lambda: open_close(verify_rows=True))
+        t_rows2, _ = timed(lambda: open_close(verify_rows=True))
+        cat = Catalog(db)
+        t_count, count = timed(
+            lambda: cat._conn.execute("SELECT count(*) FROM images NOT INDEXED").fetchone()[0]
+        )
+        assert count == n
+        t_quick, problem = timed(cat.soundness_problem)
+        assert problem is None
+        per_table = {
+            table: timed(lambda t=table: cat._conn.execute(f"PRAGMA quick_check({t})").fetchone())[
+                0
+            ]
+            for table in ("images", "items", "photos", "videos")
+        }
+        cat.close()
+
+        faiss_bytes = n * (dim + 8)  # IVF-SQ8: a byte a dimension and an id, per vector
+        ff = Path(tmp) / "vectors.faiss"
+        with open(ff, "wb") as f:
+            for s in range(0, faiss_bytes, 1 << 26):
+                f.write(rng.bytes(min(1 << 26, faiss_bytes - s)))
+        file_crc32(ff)  # warm, as the file is for a search right after a save
+        t_crc, _ = timed(lambda: file_crc32(ff))
+
+    where = "float32 blobs in the catalog (index)" if blobs else "vectors.f16 (build-index)"
+    print(
+        f"catalog: {n:,} photos, {dim}-d vectors in {where}; catalog.db {size / 1e6:.0f} MB; "
+        f"built in {t_fill:.0f} s"
+    )
+    print("| step | wall time |")
+    print("|---|---|")
+    print(f"| reader's open, no check | {t_open * 1e3:.1f} ms |")
+    print(
+        f"| reader's open with the check of files and items (verify_rows) | {t_rows:.2f} s, "
+        f"again {t_rows2:.2f} s |"
+    )
+    print(f"| count(*) of the images table (a row-count check) | {t_count:.2f} s |")
+    print(f"| PRAGMA quick_check of the whole file (a writer's check) | {t_quick:.2f} s |")
+    for table, t in per_table.items():
+        print(f"| PRAGMA quick_check({table}) | {t:.2f} s |")
+    print(f"| CRC-32 of a {faiss_bytes / 1e6:.0f} MB vectors.faiss | {t_crc:.2f} s |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--checks", action="store_true", help="time the damage checks instead")
+    ap.add_argument("--blobs", action="store_true", help="--checks: vectors as catalog blobs")
     args = ap.parse_args()
+    if args.checks:
+        checks(args.n, args.dim, args.blobs)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         v1 = Path(tmp) / "v1.db"
         build_v1(v1, args.n, args.dim)

@@ -399,8 +399,8 @@ def write_index_file(index: faiss.Index, path: Path) -> str:
 
 def file_crc32(path: Path) -> str:
     """A file's CRC-32 as 8 hex digits. CRC-32, not a cryptographic hash: it catches any
-    burst of damage up to 32 bits and all but 1 in 4 billion others, at ~1.3 GB/s on one
-    core (SHA-256 ~0.5 GB/s here; bench/results/catalog.md)."""
+    burst of damage up to 32 bits and all but 1 in 4 billion others, at twice SHA-256's
+    speed here (read and hashed at ~0.6 GB/s: bench/results/catalog.md)."""
     crc = 0
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
