@@ -44,15 +44,17 @@ def frame_pixels(t: float) -> np.ndarray:
     return frame
 
 
-def write_clip(path: Path, fps: int = 10) -> Path:
-    """An H.264 clip as a phone writes it (a keyframe a second) showing frame_pixels(t)."""
+def write_clip(
+    path: Path, fps: int = 10, pixels=frame_pixels, size=(W, H), seconds: float = SECONDS
+) -> Path:
+    """An H.264 clip as a phone writes it (a keyframe a second) showing pixels(t)."""
     with av.open(str(path), "w") as out:
         stream = out.add_stream("libx264", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
         stream.codec_context.gop_size = fps
         stream.codec_context.time_base = Fraction(1, fps)
-        for i in range(round(SECONDS * fps)):
-            frame = av.VideoFrame.from_ndarray(frame_pixels(i / fps), format="rgb24")
+        for i in range(round(seconds * fps)):
+            frame = av.VideoFrame.from_ndarray(pixels(i / fps), format="rgb24")
             frame.pts = i
             for packet in stream.encode(frame):
                 out.mux(packet)
@@ -403,31 +405,19 @@ HD = (1280, 720)
 HD_SQUARE = (640, 160, 1120, 560)  # x0, y0, x1, y1 (exclusive): right of centre, in frame pixels
 
 
-def write_hd_clip(path: Path, fps: int = 5, seconds: float = 3.0) -> Path:
-    """A 1280x720 clip showing a red square from 1 s to 2 s (frames are sampled for embedding
-    at a smaller size: masks must still be made and reported on the full frame)."""
-    w, h = HD
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("libx264", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
-        stream.codec_context.time_base = Fraction(1, fps)
-        for i in range(round(seconds * fps)):
-            pixels = np.full((h, w, 3), BACKGROUND, np.uint8)
-            if 1.0 <= i / fps < 2.0:
-                x0, y0, x1, y1 = HD_SQUARE
-                pixels[y0:y1, x0:x1] = rgb255("red")
-            frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
-            frame.pts = i
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return path
+def hd_pixels(t: float) -> np.ndarray:
+    """A 1280x720 frame showing a red square from 1 s to 2 s (frames are sampled for
+    embedding at a smaller size: masks must still be made and reported on the full frame)."""
+    pixels = np.full((HD[1], HD[0], 3), BACKGROUND, np.uint8)
+    if 1.0 <= t < 2.0:
+        x0, y0, x1, y1 = HD_SQUARE
+        pixels[y0:y1, x0:x1] = rgb255("red")
+    return pixels
 
 
 def test_a_large_videos_masks_are_full_size_with_boxes_in_frame_pixels(env, tmp_path):
     (tmp_path / "hd").mkdir()
-    hd = write_hd_clip(tmp_path / "hd" / "hd.mp4")
+    hd = write_clip(tmp_path / "hd" / "hd.mp4", fps=5, pixels=hd_pixels, size=HD, seconds=3.0)
     r = run("mask", hd, "--time", 1.4, "red", "--out", tmp_path / "m", "--json")
     assert r.exit_code == 0, r.output
     (m,) = json.loads(r.stdout)["masks"]
