@@ -322,9 +322,10 @@ def main() -> None:
         for i, (rss, peak, anon, file) in enumerate(memory)
     ]
     if args.default_path:
+        text = json.loads((models / "siglip2-text" / "manifest.json").read_text())
         which = (
             "the default path: full-size SigLIP 2 LiteRT towers (random weights; int8 image, "
-            "fp32 text), stand-in CLIPSeg"
+            f"{text.get('precision', 'fp32')} text), stand-in CLIPSeg"
         )
     else:
         which = f"models {args.models.name}" if args.models else "stand-in models"
