@@ -70,14 +70,14 @@ def csv_of(args: list[str]) -> str:
 
 # -- regular files, new paths, symlinks ------------------------------------------------------
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_a_new_path_and_a_regular_file_get_the_export(indexed, tmp_path, command):
+def test_a_new_path_and_an_earlier_export_get_the_export(indexed, tmp_path, command):
     args = COMMANDS[command]
     expected = csv_of(args)
     new = tmp_path / "new.csv"
     run(*args, "--export", new)
     assert new.read_text() == expected
     old = tmp_path / "old.csv"
-    old.write_text("somebody's old rows\n")
+    run("search", "blue", "-k", "1", "--export", old)  # an earlier export: wherein's own
     old.chmod(0o600)
     run(*args, "--export", old)
     assert old.read_text() == expected
@@ -90,7 +90,7 @@ def test_a_symlink_is_written_through_to_its_target(indexed, tmp_path, command):
     args = COMMANDS[command]
     target = tmp_path / "real" / "rows.csv"
     target.parent.mkdir()
-    target.write_text("old\n")
+    run("search", "blue", "-k", "1", "--export", target)  # an earlier export
     link = tmp_path / "link.csv"
     link.symlink_to(target)
     run(*args, "--export", link)
@@ -319,10 +319,12 @@ def test_label_exports_follow_the_same_rules(indexed, tmp_path):
     mask = ["search", "red", "-k", "2", "--mask", "--out", tmp_path / "m"]
     # COCO through a symlink: the target gets it, the link stays.
     target = tmp_path / "real.coco.json"
-    target.write_text("{}")
+    run(*mask, "--export", target)  # an earlier export
+    before = target.read_text()
     link = tmp_path / "link.coco.json"
     link.symlink_to(target)
-    run(*mask, "--export", link)
+    run("search", "blue", "-k", "1", "--mask", "--out", tmp_path / "m", "--export", link)
+    assert target.read_text() != before
     assert link.is_symlink() and '"annotations"' in target.read_text()
     # COCO to -: the JSON document alone on stdout.
     res = run(*mask, "--export", "-", "--format", "coco")
@@ -343,3 +345,99 @@ def test_label_exports_follow_the_same_rules(indexed, tmp_path):
     os.mkfifo(fifo)
     assert "not a folder" in one_error_line(run(*mask, "--export", fifo, ok=False))
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+# -- a file that is not wherein's: refused unless --overwrite (issue 28) ----------------------
+MASK = ["--mask", "--out"]  # + a folder: the search makes masks (label formats need them)
+# An export of each file format, and a file a user might have at that name.
+USER_FILES = {
+    "rows.csv": b"rank,path,score\n1,mine.jpg,0.9\n",  # a table, not wherein's header
+    "rows.jsonl": b'{"path": "mine.jpg", "rank": 1}\n',
+    "rows.parquet": b"PAR1 not really\n",
+    "dogs.coco.json": b'{"info": {"description": "my own labels"}, "images": []}',
+}
+
+
+def _export_args(name: str, tmp_path: Path, query: str = "red", k: str = "2") -> list:
+    args = ["search", query, "-k", k]
+    return args + MASK + [tmp_path / "m"] if name.endswith(".coco.json") else args
+
+
+@pytest.mark.parametrize("name", list(USER_FILES))
+def test_a_users_file_is_refused_and_left_as_it_was(indexed, tmp_path, name):
+    dest = tmp_path / name
+    dest.write_bytes(USER_FILES[name])
+    res = run(*_export_args(name, tmp_path), "--export", dest, ok=False)
+    line = one_error_line(res)
+    assert name in line and "--overwrite" in line
+    assert dest.read_bytes() == USER_FILES[name]
+    assert not (tmp_path / "m").exists()  # refused before any mask was made
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+@pytest.mark.parametrize("command", ["select", "dupes", "unique", "label"])
+def test_every_exporting_command_refuses_a_users_file(indexed, tmp_path, command):
+    args = {
+        "select": COMMANDS["select"],
+        "dupes": COMMANDS["dupes"],
+        "unique": ["unique", "-k", "2"],
+        "label": ["label", "-l", "red,blue", "--no-store"],
+    }[command]
+    dest = tmp_path / "notes.csv"
+    dest.write_text("my notes\n")
+    assert "--overwrite" in one_error_line(run(*args, "--export", dest, ok=False))
+    assert dest.read_text() == "my notes\n"
+    run(*args, "--export", dest, "--overwrite")
+    assert dest.read_text() != "my notes\n"
+
+
+def test_a_users_folder_is_refused_for_a_folder_format(indexed, tmp_path):
+    folder = tmp_path / "mine.yolo"
+    folder.mkdir()
+    (folder / "labels.txt").write_text("mine")
+    res = run(*_export_args("x.yolo", tmp_path) + MASK + [tmp_path / "m"], "--export", folder,
+              "--overwrite", ok=False)  # fmt: skip
+    assert "not empty" in one_error_line(res)
+    assert digest(folder) == {"labels.txt": hashlib.sha256(b"mine").hexdigest()}
+
+
+@pytest.mark.parametrize("name", list(USER_FILES))
+def test_a_re_run_replaces_its_own_earlier_export(indexed, tmp_path, name):
+    dest = tmp_path / name
+    run(*_export_args(name, tmp_path, "red", "1"), "--export", dest)
+    first = dest.read_bytes()
+    run(*_export_args(name, tmp_path, "blue", "3"), "--export", dest)
+    assert dest.read_bytes() != first
+    if not name.endswith(".coco.json"):
+        from wherein.search.export.hits import read_export
+
+        assert [r["rank"] for r in read_export(dest)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("name", list(USER_FILES))
+def test_overwrite_replaces_a_users_regular_file(indexed, tmp_path, name):
+    dest = tmp_path / name
+    dest.write_bytes(USER_FILES[name])
+    res = run(*_export_args(name, tmp_path), "--export", dest, "--overwrite")
+    assert dest.read_bytes() != USER_FILES[name]
+    assert "exported" in res.stderr
+
+
+def test_overwrite_never_replaces_an_indexed_photo_or_a_symlinks_target(indexed, tmp_path):
+    photo = indexed["photos"] / "nested" / "yellow.gif"
+    before = photo.read_bytes()
+    res = run(*COMMANDS["search"], "--export", photo, "--format", "csv", "--overwrite", ok=False)
+    assert "a file in the index" in one_error_line(res)
+    assert photo.read_bytes() == before
+    mine = tmp_path / "mine.csv"
+    mine.write_text("my notes\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(mine)
+    res = run(*COMMANDS["search"], "--export", link, "--overwrite", ok=False)
+    assert "symlink" in one_error_line(res)
+    assert mine.read_text() == "my notes\n" and link.is_symlink()
+
+
+def test_overwrite_needs_export(indexed):
+    res = run(*COMMANDS["search"], "--overwrite", ok=False)
+    assert res.exit_code == 2 and "--overwrite" in res.stderr and "--export" in res.stderr

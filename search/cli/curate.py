@@ -65,6 +65,7 @@ def output_options(masks: bool, rows: str = "rows") -> Callable[[Callable], Call
                 kwargs.get("export_fmt"),
                 kwargs.get("mask", False) if masks else None,
                 kwargs.get("index_dir"),
+                overwrite=kwargs.get("overwrite", False),
             )
             return f(*args, **kwargs)
 
@@ -170,6 +171,7 @@ def select(
     fmt,
     export_path,
     export_fmt,
+    overwrite,
     index_dir,
     models_dir,
 ):
@@ -200,6 +202,7 @@ def select(
         engine=chosen,
         export_path=export_path,
         export_fmt=export_fmt,
+        overwrite=overwrite,
         index_dir=index_dir,
         models_dir=models_dir,
     )
@@ -292,7 +295,9 @@ def _ray_lines(stats, export_path) -> None:
 )
 @output_options(masks=False)
 @friendly_errors
-def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_dir, models_dir):
+def label(
+    labels, template, raw, no_store, fmt, export_path, export_fmt, overwrite, index_dir, models_dir
+):
     """Zero-shot labels: each image's probability for each label, stored in the catalog.
 
     SigLIP's probabilities are independent per label (a sigmoid, not a softmax):
@@ -306,7 +311,7 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
 
     if raw and template:
         raise click.UsageError("use --raw or --template, not both")
-    to = export_to(export_path, export_fmt, index_dir)
+    to = export_to(export_path, export_fmt, index_dir, overwrite)
     result = C.label(labels, template, raw, not no_store, index_dir, models_dir, to, NOTES)
     names = result.labels
 
@@ -351,7 +356,9 @@ def label(labels, template, raw, no_store, fmt, export_path, export_fmt, index_d
 )
 @output_options(masks=False)
 @friendly_errors
-def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, models_dir):
+def dupes(
+    threshold, exact, redundant, fmt, export_path, export_fmt, overwrite, index_dir, models_dir
+):
     """Groups of duplicate and near-duplicate images, with a suggested keeper.
 
     Keeper: largest resolution, then largest file, then the oldest file. Compares the
@@ -368,7 +375,7 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
 
     if exact and threshold is not None:
         raise click.UsageError("--threshold does not apply with --exact")
-    to = export_to(export_path, export_fmt, index_dir)
+    to = export_to(export_path, export_fmt, index_dir, overwrite)
     report = C.dupes(threshold, exact, redundant, index_dir, to, NOTES)
 
     def render_table(hs) -> str:
@@ -413,7 +420,7 @@ def dupes(threshold, exact, redundant, fmt, export_path, export_fmt, index_dir, 
 )
 @output_options(masks=False)
 @friendly_errors
-def unique(k, show_all, neighbours, fmt, export_path, export_fmt, index_dir, models_dir):
+def unique(k, show_all, neighbours, fmt, export_path, export_fmt, overwrite, index_dir, models_dir):
     """The oddest images: mean cosine distance to their nearest neighbours, highest first.
 
     Compares the stored vectors: no model is loaded (--models is accepted like everywhere else).
@@ -425,7 +432,7 @@ def unique(k, show_all, neighbours, fmt, export_path, export_fmt, index_dir, mod
     from wherein.search.output import table as tbl
     from wherein.search.service import curate as C
 
-    to = export_to(export_path, export_fmt, index_dir)
+    to = export_to(export_path, export_fmt, index_dir, overwrite)
     result = C.unique(neighbours, None if show_all else k, index_dir, to, NOTES)
 
     def render_table(hs) -> str:

@@ -142,13 +142,19 @@ def echo_json(obj: Any) -> None:
 
 # -- exports ------------------------------------------------------------------------------
 def export_options(masks: bool, rows: str = "hits") -> Callable[[Callable], Callable]:
-    """``--export FILE`` and ``--format NAME``; the command gets ``export_path``, ``export_fmt``.
+    """``--export FILE``, ``--format NAME`` and ``--overwrite``; the command gets
+    ``export_path``, ``export_fmt`` and ``overwrite``.
 
     Help and choices come from the format registry; masks: whether the command has
     --mask (only then are the label formats offered). rows: what one row is.
     """
 
     def decorate(f: Callable) -> Callable:
+        f = click.option(
+            "--overwrite",
+            is_flag=True,
+            help=export_formats.OVERWRITE_HELP,
+        )(f)
         f = click.option(
             "--format",
             "export_fmt",
@@ -174,17 +180,21 @@ def check_export_options(
     mask: bool | None,
     index_dir: str | Path | None,
     inputs: Sequence[str | Path] = (),
+    overwrite: bool = False,
 ) -> Any:
-    """The one check of --export/--format, before any work: the export's Format, or None.
+    """The one check of --export/--format/--overwrite, before any work: the export's Format, or None.
 
     mask: the command's --mask flag, None when it has none. Option clashes are usage
     errors (exit 2); a destination that may not be written is an ExportError (exit 1).
     The checks are the service's (``check_destination``), made here before the index opens.
     """
-    only_with("--export FILE", export_path is not None, {"--format": export_fmt})
+    only_with(
+        "--export FILE", export_path is not None, {"--format": export_fmt, "--overwrite": overwrite}
+    )
     if export_path is None:
         return None
-    return check_destination(export_path, export_fmt, mask, export_keep(index_dir, inputs))
+    keep = export_keep(index_dir, inputs, overwrite)
+    return check_destination(export_path, export_fmt, mask, keep)
 
 
 # -- shared meanings ----------------------------------------------------------------------

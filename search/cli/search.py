@@ -123,6 +123,7 @@ def search(
     full_size_overlays,
     export_path,
     export_fmt,
+    overwrite,
     category_from_labels,
     index_dir,
     models_dir,
@@ -166,13 +167,13 @@ def search(
         )
         if mask
         else None,
-        export=ExportRequest(export_path, export_fmt, category_from_labels)
+        export=ExportRequest(export_path, export_fmt, category_from_labels, overwrite)
         if export_path is not None
         else None,
     ).check()
     # A bad destination fails now, not after the search; so does one of the photos read.
     photos = [t.value for t in q.image_terms if t.kind == "image"]
-    check_export_options(export_path, export_fmt, mask, index_dir, photos)
+    check_export_options(export_path, export_fmt, mask, index_dir, photos, overwrite)
     with open_index(index_dir, models_dir, template=None if raw else MODEL_TEMPLATE) as searcher:
         standin_banner(searcher.models)
         result = run_search(searcher, request)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from wherein.search.export.ours import COCO_INFO
 from wherein.search.export.pieces import (
     FRAMES,
     Categories,
@@ -87,7 +88,7 @@ def finish(records: list[dict[str, Any]], categories: Categories, dest: Path) ->
             annotations.append({"id": len(annotations) + 1, **ann})
     doc = {
         "info": {
-            "description": "masks exported by wherein",
+            "description": COCO_INFO,
             "date_created": datetime.now(UTC).isoformat(timespec="seconds"),
         },
         "licenses": [],

@@ -1,17 +1,21 @@
 """Where an export may go, and how its bytes get there: never over what is not ours.
 
-- a new path or a regular file: written to a temporary file beside it and renamed
+- a new path, or a regular file that is an earlier wherein export of the same format
+  (ours.py: the mark each format carries) or that the user lets go with --overwrite
+  (an ``Overwrite`` among the guards): written to a temporary file beside it and renamed
   over it (atomic: a failed export leaves the old file byte for byte; the old
   file's permissions are kept);
 - a symlink: written through to its target, which is replaced as above (the link stays);
 - ``-``: standard output (file formats only: a folder of files cannot be a stream);
 - a FIFO or a character device: opened and written as a stream, no rename, and a
   write error (a full device) is an error;
+- any other regular file is refused (one line naming it and --overwrite);
 - anything else that exists (a block device, a socket) is refused;
 - a path inside a kept folder (the index) or equal to a kept file (an input the
   command reads), or a file the index lists (a hit or not), is refused before anything
   is written. Files and folders are compared by device and inode, not by name: a
   symlink, ``..``, a hard link or a bind mount of the index folder leads nowhere else.
+  --overwrite changes none of these refusals.
 
 A folder export (yolo, masks) needs a new or empty folder; labels.py builds it
 beside the target and renames it into place. The frames of a one-file export (COCO over
@@ -56,7 +60,13 @@ class IndexedFiles:
     which: Callable[[Path, os.stat_result], str | None]
 
 
-Guard = Keep | IndexedFiles
+@dataclass(frozen=True)
+class Overwrite:
+    """--overwrite: a regular file that is not an earlier wherein export may be replaced
+    (never one that another guard keeps)."""
+
+
+Guard = Keep | IndexedFiles | Overwrite
 
 
 @dataclass(frozen=True)
@@ -146,6 +156,7 @@ def resolve(
     if stat.S_ISREG(mode):
         _refuse_inputs(given, path, target, reads)
         _refuse_indexed(given, target, st, keep)
+        _refuse_foreign(given, path, target, fmt, keep)
         return Destination(given, "file", target)
     if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
         return Destination(given, "stream", target)
@@ -248,7 +259,7 @@ def _refuse_kept(given: str, target: Path, keep: Sequence[Guard]) -> None:
     st = _stat(target)
     chain = [(s.st_dev, s.st_ino) for s in map(_stat, [target, *target.parents]) if s]
     for k in keep:
-        if isinstance(k, IndexedFiles):
+        if not isinstance(k, Keep):
             continue  # _refuse_indexed, once the inputs are checked (a hit says so)
         kept = Path(os.path.realpath(k.path.expanduser().absolute()))
         kst = _stat(kept)
@@ -275,6 +286,27 @@ def _refuse_indexed(given: str, target: Path, st: os.stat_result, keep: Sequence
                 f"{given}: is a file in the index{which}; an export never replaces it: "
                 "choose another path"
             )
+
+
+def _refuse_foreign(
+    given: str, path: Path, target: Path, fmt: Format, keep: Sequence[Guard]
+) -> None:
+    """A regular file that is not an earlier wherein export of fmt stays, unless --overwrite
+    names it itself (a symlink's target is replaced only when it is ours)."""
+    from wherein.search.export.ours import is_ours
+
+    if is_ours(target, fmt.name):
+        return
+    if os.path.islink(path):
+        raise ExportError(
+            f"{given}: is a symlink to {target}, which is not a {fmt.name} export of wherein; "
+            "an export never replaces it (--overwrite neither): choose another path"
+        )
+    if not any(isinstance(k, Overwrite) for k in keep):
+        raise ExportError(
+            f"{given}: exists and is not a {fmt.name} export of wherein; an export replaces "
+            "only its own: pass --overwrite to replace it, or choose another path"
+        )
 
 
 def _inside(given: str, k: Keep) -> str:

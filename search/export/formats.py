@@ -91,10 +91,17 @@ def export_help(masks: bool, rows: str = "hits") -> str:
     text = f"Also write the {rows} to FILE ({listing(TABLE_FORMATS)}; - for standard output)"
     if masks:
         text += f"; with --mask, the masks as labels ({listing(LABEL_FORMATS)})"
-    return text + ". Never into the index folder; a symlink is written through to its target."
+    return text + (
+        ". Replaces only an earlier wherein export (else --overwrite); never into the index "
+        "folder; a symlink is written through to its target."
+    )
 
 
 EXPORT_FORMAT_HELP = "Export format [default: from the FILE extension; needed with --export -]."
+OVERWRITE_HELP = (
+    "Let --export replace an existing regular file that is not an earlier wherein export "
+    "(never a file the index lists, the index, a symlink's target or a folder)."
+)
 
 
 def export_format(path: str | Path, fmt: str | None = None, masks: bool = True) -> Format:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from wherein.schemas.records import Hit
 from wherein.search import output
 from wherein.search.export.errors import ExportError
+from wherein.search.export.ours import PARQUET_MARK
 
 PYARROW_MISSING = "parquet export needs pyarrow: install it with `pip install 'wherein[scale]'`"
 
@@ -44,5 +45,7 @@ def parquet_bytes(hits: Sequence[Hit]) -> bytes:
     # dropping fields (masks, extras) that the first hit happens not to have.
     table = pa.table({c: pa.array([r.get(c) for r in rows]) for c in cols})
     sink = pa.BufferOutputStream()
+    # The mark that lets a later export replace this file (ours.py).
+    table = table.replace_schema_metadata({PARQUET_MARK: b"hits"})
     pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()

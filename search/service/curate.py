@@ -41,6 +41,7 @@ class SelectRequest(Selection):
     engine: Engine = field(default_factory=Engine)
     export_path: Path | None = None
     export_fmt: str | None = None
+    overwrite: bool = False  # --overwrite: the export may replace a user's regular file
     index_dir: Path | None = None
     models_dir: Path | None = None
 
@@ -178,6 +179,7 @@ def select(req: SelectRequest, feedback: Feedback = QUIET) -> SelectResult:
             prompt=prompt,
             labels=labels,
             index_dir=req.index_dir,
+            overwrite=req.overwrite,
         )
     if dest:
         made = S.materialise(placements, req.mode)
@@ -230,7 +232,7 @@ def _masks_on_ray(req: SelectRequest, hits, prompt, models_root, labels, feedbac
         say=feedback.say,
         progress=feedback.progress,
         on_total=feedback.on_total,
-        keep=export_keep(req.index_dir),
+        keep=export_keep(req.index_dir, overwrite=req.overwrite),
     )
     return hits, MaskStep(prompt, "ray", None, stats.masked, stats)
 

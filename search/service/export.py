@@ -40,15 +40,19 @@ class Exported:
         }
 
 
-def export_keep(index_dir: str | Path | None, inputs: Sequence[str | Path] = ()) -> list[Any]:
+def export_keep(
+    index_dir: str | Path | None, inputs: Sequence[str | Path] = (), overwrite: bool = False
+) -> list[Any]:
     """What no export may write: the index folder, every file the index lists, and the files
-    the command reads."""
+    the command reads. overwrite (--overwrite): a user's regular file may be replaced (no
+    kept one: see destination.py)."""
     from wherein.indexer import paths as P
-    from wherein.search.export.destination import IndexedFiles, Keep
+    from wherein.search.export.destination import IndexedFiles, Keep, Overwrite
 
     folder = P.index_dir(index_dir)
     keep: list[Any] = [Keep(folder, "the index folder"), IndexedFiles(_indexed_in(folder))]
-    return keep + [Keep(Path(p), "an input of this command") for p in inputs]
+    keep += [Keep(Path(p), "an input of this command") for p in inputs]
+    return keep + [Overwrite()] if overwrite else keep
 
 
 def check_destination(
@@ -111,6 +115,7 @@ def export_hits(
     prompt: str | None = None,
     labels: Any = None,
     index_dir: str | Path | None = None,
+    overwrite: bool = False,
 ) -> Exported:
     """Write hits to path (- for standard output) in fmt (else the path's extension).
 
@@ -120,27 +125,44 @@ def export_hits(
     from wherein.search.export.hits import write_export
 
     f = export_format(path, fmt)
-    write_export(hits, path, fmt, prompt=prompt, labels=labels, keep=export_keep(index_dir))
+    write_export(
+        hits,
+        path,
+        fmt,
+        prompt=prompt,
+        labels=labels,
+        keep=export_keep(index_dir, overwrite=overwrite),
+    )
     return exported(hits, path, f.name, f.kind)
 
 
 @dataclass(frozen=True)
 class ExportTo:
     """An --export destination as asked: path (- for standard output), format (else the
-    path's extension), and the index whose folder no export may write into."""
+    path's extension), the index whose folder no export may write into, and whether a user's
+    regular file may be replaced (--overwrite)."""
 
     path: Path
     fmt: str | None = None
     index_dir: Path | None = None
+    overwrite: bool = False
 
     def write(self, hits: Sequence[Hit], prompt: str | None = None, labels: Any = None):
         return export_hits(
-            hits, self.path, self.fmt, prompt=prompt, labels=labels, index_dir=self.index_dir
+            hits,
+            self.path,
+            self.fmt,
+            prompt=prompt,
+            labels=labels,
+            index_dir=self.index_dir,
+            overwrite=self.overwrite,
         )
 
 
-def export_to(path: Path | None, fmt: str | None, index_dir: Path | None) -> ExportTo | None:
-    return None if path is None else ExportTo(path, fmt, index_dir)
+def export_to(
+    path: Path | None, fmt: str | None, index_dir: Path | None, overwrite: bool = False
+) -> ExportTo | None:
+    return None if path is None else ExportTo(path, fmt, index_dir, overwrite)
 
 
 def exported(

@@ -80,6 +80,7 @@ class ExportRequest:
     path: Path | str
     fmt: str | None = None
     category_from_labels: bool = False
+    overwrite: bool = False  # --overwrite: a user's regular file may be replaced
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,6 +203,6 @@ def _check_export(searcher: Searcher, q: Query, request: SearchRequest) -> list[
     if export is None:
         return []
     photos = [t.value for t in q.image_terms if t.kind == "image"]
-    keep = export_keep(searcher.store.dir, photos)
+    keep = export_keep(searcher.store.dir, photos, export.overwrite)
     check_destination(export.path, export.fmt, request.mask is not None, keep)
     return keep
