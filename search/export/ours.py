@@ -61,11 +61,11 @@ def _jsonl(path: Path) -> bool:
 
 
 def _parquet(path: Path) -> bool:
-    from wherein.search.export.rows import pyarrow
+    try:  # pyarrow itself, not rows.pyarrow: rows imports this module for the mark
+        import pyarrow.parquet as pq
 
-    try:
-        meta = pyarrow()[1].read_metadata(path).metadata or {}
-    except Exception:  # not a parquet file (pyarrow raises its own errors)
+        meta = pq.read_metadata(path).metadata or {}
+    except Exception:  # no pyarrow, or not a parquet file (pyarrow raises its own errors)
         return False
     return PARQUET_MARK in meta
 
