@@ -441,3 +441,20 @@ def test_overwrite_never_replaces_an_indexed_photo_or_a_symlinks_target(indexed,
 def test_overwrite_needs_export(indexed):
     res = run(*COMMANDS["search"], "--overwrite", ok=False)
     assert res.exit_code == 2 and "--overwrite" in res.stderr and "--export" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["dogs.yolo", "dogs.masks"])
+def test_a_folder_export_re_run_replaces_its_own_folder_and_nothing_else(indexed, tmp_path, name):
+    dest = tmp_path / name
+    mask = ["--mask", "--out", tmp_path / "m"]
+    run("search", "red", "-k", "1", *mask, "--export", dest)
+    first = digest(dest)
+    run("search", "blue", "-k", "3", *mask, "--export", dest)  # its own folder: replaced
+    assert digest(dest) != first
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no .old left
+    # A file of the user's in it since: the folder is not the export's any more.
+    (dest / "notes.txt").write_text("mine")
+    before = digest(dest)
+    res = run("search", "red", "-k", "1", *mask, "--export", dest, ok=False)
+    assert "not empty" in one_error_line(res)
+    assert digest(dest) == before

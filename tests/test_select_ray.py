@@ -129,10 +129,13 @@ def test_ray_engine_writes_the_local_engines_coco(
 
 
 def tree(root: Path) -> dict[str, bytes | str]:
-    """Every file of a folder export: bytes, or a link's target; data.yaml without its own path."""
+    """Every file of a folder export: bytes, or a link's target; data.yaml without its own path
+    (not the export's manifest: it records each file's time)."""
     out: dict[str, bytes | str] = {}
     for f in sorted(root.rglob("*")):
         rel = str(f.relative_to(root))
+        if rel == ".wherein-export.json":
+            continue
         if f.is_symlink():
             out[rel] = os.readlink(f)
         elif f.is_file():

@@ -17,8 +17,10 @@
   symlink, ``..``, a hard link or a bind mount of the index folder leads nowhere else.
   --overwrite changes none of these refusals.
 
-A folder export (yolo, masks) needs a new or empty folder; labels.py builds it
-beside the target and renames it into place. The frames of a one-file export (COCO over
+A folder export (yolo, masks) needs a new or empty folder, or an earlier export's folder
+of the same format that holds nothing but what its manifest (EXPORT_MANIFEST: format, and
+each file's and link's name, size and time) records, unchanged; labels.py builds it beside
+the target and renames it into place (the earlier one is removed only then). The frames of a one-file export (COCO over
 videos) go into a folder beside it (``frames_destination``): a new one, or one that holds
 nothing but the frames an earlier export wrote there (as its manifest, FRAMES_MANIFEST,
 records them: name, size and time), which the new frames replace. A file that merely looks
@@ -146,9 +148,11 @@ def resolve(
     if stat.S_ISDIR(mode):
         if fmt.layout == "file":
             raise ExportError(f"{given}: is a folder (a {fmt.name} export is one file)")
-        if any(target.iterdir()):
+        if any(target.iterdir()) and not folder_is_ours(target, fmt.name):
             raise ExportError(
-                f"{given}: folder is not empty (a {fmt.name} export writes a new folder)"
+                f"{given}: folder is not empty and not an earlier {fmt.name} export of wherein "
+                "(or it changed since); an export writes a new folder: move it or choose "
+                "another path"
             )
         return Destination(given, "folder", target)
     if fmt.layout == "folder":
@@ -187,6 +191,52 @@ def write_frames_manifest(folder: Path) -> None:
             st = e.stat(follow_symlinks=False)
             frames[e.name] = [st.st_size, st.st_mtime_ns]
     (folder / FRAMES_MANIFEST).write_text(json.dumps(frames, sort_keys=True))
+
+
+# What a folder export wrote: {"format": name, "files": {relative path: [size, mtime_ns]}}.
+EXPORT_MANIFEST = ".wherein-export.json"
+
+
+def _tree(folder: Path) -> dict[str, list[int]] | None:
+    """Every file and link below folder (not the manifest): path -> [size, mtime_ns];
+    None when something else (a FIFO, a socket) is there."""
+    found: dict[str, list[int]] = {}
+    for root, dirs, files in os.walk(folder):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            full = os.path.join(root, name)
+            rel = os.path.relpath(full, folder)
+            if rel == EXPORT_MANIFEST:
+                continue
+            st = os.lstat(full)
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                return None
+            found[rel] = [st.st_size, st.st_mtime_ns]
+    return found
+
+
+def write_export_manifest(folder: Path, fmt: str) -> None:
+    """Record what a folder export wrote (before it is renamed into place): a later export
+    of fmt replaces the folder only while it holds these, unchanged, and nothing else."""
+    (folder / EXPORT_MANIFEST).write_text(
+        json.dumps({"format": fmt, "files": _tree(folder)}, sort_keys=True)
+    )
+
+
+def folder_is_ours(folder: Path, fmt: str) -> bool:
+    """Whether folder is an earlier wherein export of fmt, as its manifest records it."""
+    path = folder / EXPORT_MANIFEST
+    if os.path.islink(path):
+        return False
+    try:
+        data = json.loads(read_regular(path, _MANIFEST_LIMIT))
+        return (
+            isinstance(data, dict)
+            and data.get("format") == fmt
+            and isinstance(data.get("files"), dict)
+            and _tree(folder) == data["files"]
+        )
+    except (OSError, ValueError):
+        return False
 
 
 def _frames_written(folder: Path) -> dict[str, list[int]]:

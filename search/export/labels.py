@@ -38,8 +38,10 @@ import numpy as np
 from wherein.search.export.destination import (
     Destination,
     Guard,
+    folder_is_ours,
     frames_destination,
     resolve,
+    write_export_manifest,
     write_frames_manifest,
 )
 from wherein.search.export.errors import ExportError, LabelExportError
@@ -101,7 +103,8 @@ def check_destination(
     dest: str | Path, fmt: str, keep: Sequence[Guard] = (), reads: Iterable[str] = ()
 ) -> Destination:
     """Fail before any work: see destination.resolve (a folder export needs a new or empty
-    folder; nothing inside a kept folder, over a kept file or an image read)."""
+    folder, or its own earlier one; nothing inside a kept folder, over a kept file or an
+    image read)."""
     f = label_format(fmt)
     try:
         return resolve(dest, f, keep, reads)
@@ -228,9 +231,23 @@ class LabelWriter:
             assert target is not None
             for rel, data in index.items():
                 self._inside(rel).write_bytes(data)
-            if target.is_dir():
-                target.rmdir()  # empty (checked; rmdir refuses otherwise): rename cannot replace a folder
+            write_export_manifest(self._tmp, self.fmt)
+            old = None
+            if target.is_dir() and any(target.iterdir()):
+                # Checked again now: an earlier export's folder, unchanged since the start.
+                if not folder_is_ours(target, self.fmt):
+                    self.abort()
+                    raise LabelExportError(
+                        f"{self.destination.given}: folder changed during the export "
+                        "(not an earlier export any more); nothing was replaced"
+                    )
+                old = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.old")
+                os.replace(target, old)
+            elif target.is_dir():
+                target.rmdir()  # empty (rmdir refuses otherwise): rename cannot replace a folder
             os.replace(self._tmp, target)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
         else:
             (data,) = index.values()
             self.destination.write(data)

@@ -11,7 +11,7 @@ Each file format carries a mark that wherein writes and a user's file rarely has
 - coco: the JSON begins with wherein's ``info`` (COCO_INFO), as coco.finish writes it.
 
 Only the first bytes (or parquet's footer) are read. Folder formats (yolo, masks) are
-not here: their export needs a new or empty folder.
+not here: their folder's manifest says what an export wrote (destination.folder_is_ours).
 """
 
 from __future__ import annotations
