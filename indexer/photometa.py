@@ -190,7 +190,7 @@ def fill_photos(
 
 
 def _photo_row(item: tuple[int, str, int, int]) -> dict[str, Any] | None:
-    image_id, path, size, mtime_ns = item
+    file_id, path, size, mtime_ns = item
     try:
         st = os.stat(path)
     except OSError:
@@ -200,4 +200,4 @@ def _photo_row(item: tuple[int, str, int, int]) -> dict[str, Any] | None:
     meta = read_photo_meta(path)
     if meta is None:
         return None
-    return {"image_id": image_id, "size": size, "mtime_ns": mtime_ns, **meta.as_dict()}
+    return {"image_id": file_id, "size": size, "mtime_ns": mtime_ns, **meta.as_dict()}

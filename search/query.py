@@ -128,9 +128,9 @@ class Query:
     def unlike(self, path: str | Path, weight: float = 1.0) -> Query:
         return Query((*self.terms, Term("image", str(path), -abs(weight))))
 
-    def like_id(self, image_id: int, weight: float = 1.0) -> Query:
+    def like_id(self, file_id: int, weight: float = 1.0) -> Query:
         """More like an indexed image, by its stored vector (no file access)."""
-        return Query((*self.terms, Term("indexed", str(int(image_id)), weight)))
+        return Query((*self.terms, Term("indexed", str(int(file_id)), weight)))
 
     # -- reading ------------------------------------------------------------
     @property

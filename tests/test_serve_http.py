@@ -93,13 +93,13 @@ def test_a_photo_is_still_not_a_video(served):
 # -- HEAD on every GET route ------------------------------------------------------------------
 def _get_urls(served) -> list[str]:
     """A URL for every GET route the app has, its parameters filled in."""
-    fill = {"image_id": str(served.video_id), "kind": "overlay"}
+    fill = {"file_id": str(served.video_id), "kind": "overlay"}
     query = {
         "/api/search": "?q=red",
-        "/api/mask/{image_id}": "?prompt=red&t=1.0",
-        "/api/mask/{image_id}/{kind}": "?prompt=red&t=1.0",
-        "/api/thumb/{image_id}": "?t=1.0",
-        "/api/image/{image_id}": "?t=1.0",
+        "/api/mask/{file_id}": "?prompt=red&t=1.0",
+        "/api/mask/{file_id}/{kind}": "?prompt=red&t=1.0",
+        "/api/thumb/{file_id}": "?t=1.0",
+        "/api/image/{file_id}": "?t=1.0",
     }
     from wherein.search.web.routes import ROUTERS
 

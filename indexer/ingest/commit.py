@@ -59,11 +59,11 @@ def _identity(p: Prepared) -> tuple[int | None, int | None]:
     return p.ctime_ns or None, p.inode or None
 
 
-def photo_row(image_id: int, p: Prepared) -> dict | None:
+def photo_row(file_id: int, p: Prepared) -> dict | None:
     """The photos row for an image committed from p, when its EXIF was read with its bytes."""
     if p.photo is None:
         return None
-    return {"image_id": image_id, "size": p.size, "mtime_ns": p.mtime_ns, **p.photo.as_dict()}
+    return {"image_id": file_id, "size": p.size, "mtime_ns": p.mtime_ns, **p.photo.as_dict()}
 
 
 def video_row(info: VideoInfo) -> dict:
@@ -112,23 +112,23 @@ def commit_batch(cat: Catalog, all_steps: Sequence[Step], model_id: str) -> int:
             if old is not None and d.kind not in (Kind.TOUCH, Kind.RESUME):  # row replaced
                 cat.delete_images([old.id])
                 changed = True
-            image_id: int | None = None
+            file_id: int | None = None
             if d.kind in (Kind.TOUCH, Kind.RESUME):
-                cat.touch(image_id := d.named_row, p.size, p.mtime_ns, *_identity(p))
+                cat.touch(file_id := d.named_row, p.size, p.mtime_ns, *_identity(p))
             elif d.kind is Kind.MOVE:
-                cat.relink(image_id := d.named_row, path, p.size, p.mtime_ns, *_identity(p))
+                cat.relink(file_id := d.named_row, path, p.size, p.mtime_ns, *_identity(p))
             elif d.kind is Kind.SKIP:
                 cat.record_skip(path, d.reason, p.size, p.mtime_ns, now)
             elif p.video is not None and d.kind is Kind.EMBED:
-                image_id = cat.insert_video(record(path, p, model_id, now), video_row(p.video))
+                file_id = cat.insert_video(record(path, p, model_id, now), video_row(p.video))
                 assert s.item.job is not None
-                s.item.job.image_id = image_id
+                s.item.job.file_id = file_id
                 changed = True
             elif p.video is not None and d.row in donor_frames:
-                image_id = cat.insert_image(
+                file_id = cat.insert_image(
                     record(path, p, model_id, now), None, donor_frames[d.row]
                 )
-                cat.copy_video(d.named_row, image_id)
+                cat.copy_video(d.named_row, file_id)
                 changed = True
             else:
                 if d.kind is Kind.EMBED:
@@ -137,11 +137,11 @@ def commit_batch(cat: Catalog, all_steps: Sequence[Step], model_id: str) -> int:
                     vector = twin_vector[p.sha256]
                 else:
                     vector = donor_vector[d.row]
-                image_id = cat.insert_image(record(path, p, model_id, now), *located(p, vector))
+                file_id = cat.insert_image(record(path, p, model_id, now), *located(p, vector))
                 if d.kind is Kind.EMBED and p.tiling is not None and p.regions is not None:
-                    cat.mark_tiled(image_id, p.tiling, p.regions)
+                    cat.mark_tiled(file_id, p.tiling, p.regions)
                 changed = True
-            row = photo_row(image_id, p) if image_id is not None else None
+            row = photo_row(file_id, p) if file_id is not None else None
             if row is not None:
                 photos.append(row)
         if photos:
@@ -156,9 +156,9 @@ def _commit_frames(cat: Catalog, chunk: FrameChunk, vectors, now: str) -> None:
     if chunk.error is not None:  # not one frame decoded: a skip, as a broken photo is
         cat.record_skip(job.path, chunk.error, job.size, job.mtime_ns, now)
         return
-    assert job.image_id is not None, "a video's frames are committed after its row"
+    assert job.file_id is not None, "a video's frames are committed after its row"
     frames = list(zip(chunk.times, vectors if vectors is not None else [], strict=True))
-    cat.add_frames(job.image_id, frames, done=chunk.last, damage=chunk.damage)
+    cat.add_frames(job.file_id, frames, done=chunk.last, damage=chunk.damage)
 
 
 def _twin_vectors(cat: Catalog, steps: Sequence[Step[Routed]]) -> dict:

@@ -194,7 +194,7 @@ class _Run:
             return None
         job = VideoJob(work.found.path, read.size, read.mtime_ns, named(read.kind))
         if resume:
-            job.image_id = d.named_row
+            job.file_id = d.named_row
             job.have = self.indexer.store.catalog.frame_times(d.named_row)
         self.frames.start(job)
         return job

@@ -54,7 +54,7 @@ class VideoJob:
     size: int
     mtime_ns: int
     kind: MediaKind
-    image_id: int | None = None
+    file_id: int | None = None
     have: set[float] = field(default_factory=set)
     frames: Iterator[Frame] | None = None
     sampling: FrameSource | None = None

@@ -149,7 +149,7 @@ def build_index(
             say(f"{out}: an earlier build-index of these shards did not finish; starting over")
             store.start_over()
         cat = store.catalog
-        first_id = cat.next_image_id()
+        first_id = cat.next_id()
         es = open_set(dirs, first_id)
         if append:
             _check_same_model(cat, es, out)
@@ -214,7 +214,7 @@ def _unfinished_build(cat: Catalog, dirs: list) -> bool:
     """Is this index what a fresh build of these embed directories left when it was stopped
     (killed, a damaged shard), so that all of it is that build's own? Also an index created
     and stopped before its first commit (no model, no rows)."""
-    if cat.get_meta("model_id") is None and cat.max_image_id() == 0:
+    if cat.get_meta("model_id") is None and cat.max_id() == 0:
         return True
     same_dirs = cat.get_meta("built_from") == [str(d) for d in open_set(dirs).dirs]
     return bool(cat.get_meta(BUILD_UNFINISHED)) and same_dirs

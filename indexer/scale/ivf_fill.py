@@ -64,7 +64,7 @@ def catalog_draw(cat: Catalog, n: int, seed: int = 0) -> tuple[np.ndarray, np.nd
     out, in rounds that fill the gaps deleted rows left; a catalog within 4n ids walks a
     permutation of them instead, so a small one gives every row it has.
     """
-    top = cat.next_image_id() - 1
+    top = cat.next_id() - 1
     n = min(n, cat.count_embedded())
     rng = np.random.default_rng(seed)
     small = top <= 4 * n

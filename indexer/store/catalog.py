@@ -42,7 +42,7 @@ Invariants:
   count_embedded) speak item ids; methods about files (known_files, ids_for_paths,
   rows_by_ids, row_by_path, embedded_with_hash, relink, touch, delete_images,
   record_skip, photos, labels) speak file ids. File and item ids come from one counter
-  (next_image_id), so a photo's one item has its file's id.
+  (next_id), so a photo's one item has its file's id.
 """
 
 from __future__ import annotations
@@ -190,6 +190,6 @@ class Catalog(RegionsTable, SkipsTable, LabelsTable, IntegrityChecks):
             self.set_meta("generation", int(salvaged.meta.get("generation", 0) or 0) + 1)
             if len(rows):
                 self.insert_images(rows, vectors)
-            seq = max(salvaged.next_id - 1, self.max_image_id())
+            seq = max(salvaged.next_id - 1, self.max_id())
             for table in ("images", "items"):  # ids of files and items share one counter
                 migrations.raise_sequence(self._conn, table, seq)

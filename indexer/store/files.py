@@ -16,21 +16,21 @@ class FilesTable(VectorFileRows):
     def count_images(self) -> int:
         return self._conn.execute("SELECT count(*) FROM images").fetchone()[0]
 
-    def max_image_id(self) -> int:
+    def max_id(self) -> int:
         """The largest file or item id in use (0 when empty)."""
         return self._conn.execute(
             "SELECT max(coalesce((SELECT max(id) FROM images), 0), "
             "coalesce((SELECT max(id) FROM items), 0))"
         ).fetchone()[0]
 
-    def next_image_id(self) -> int:
+    def next_id(self) -> int:
         """The smallest id no file or item ever had: past AUTOINCREMENT's counters (which
         remember ids of deleted rows) and past every id in use. A new file and its first item
         take it; bulk inserts with chosen ids start here."""
         rows = self._conn.execute(
             "SELECT seq FROM sqlite_sequence WHERE name IN ('images', 'items')"
         ).fetchall()
-        return max([int(r[0]) for r in rows] + [self.max_image_id()]) + 1
+        return max([int(r[0]) for r in rows] + [self.max_id()]) + 1
 
     def ids_for_paths(self, paths: Iterable[str]) -> dict[str, int]:
         """path -> id, for those of the paths that have a row."""
@@ -39,10 +39,10 @@ class FilesTable(VectorFileRows):
         for start in range(0, len(keys), _CHUNK):
             chunk = keys[start : start + _CHUNK]
             marks = ",".join([self._p] * len(chunk))
-            for path, image_id in self._conn.execute(
+            for path, file_id in self._conn.execute(
                 f"SELECT path, id FROM images WHERE path IN ({marks})", chunk
             ):
-                out[_path(path)] = int(image_id)
+                out[_path(path)] = int(file_id)
         return out
 
     def known_files(
@@ -122,8 +122,8 @@ class FilesTable(VectorFileRows):
             "WHERE it.image_id = i.id) ORDER BY i.sha256, i.id"
         )
         groups: dict[str, list[int]] = {}
-        for sha, image_id in rows:
-            groups.setdefault(sha, []).append(int(image_id))
+        for sha, file_id in rows:
+            groups.setdefault(sha, []).append(int(file_id))
         return list(groups.values())
 
     def _items_of(self, file_ids: Iterable[int]) -> list[int]:
@@ -138,7 +138,7 @@ class FilesTable(VectorFileRows):
 
     def relink(
         self,
-        image_id: int,
+        file_id: int,
         path: str,
         size: int,
         mtime_ns: int,
@@ -148,20 +148,20 @@ class FilesTable(VectorFileRows):
         """The file moved (same content): the row keeps its id and vector under the new path."""
         key = _key(path)
         other = self._conn.execute(
-            "SELECT id FROM images WHERE path = ? AND id != ?", (key, image_id)
+            "SELECT id FROM images WHERE path = ? AND id != ?", (key, file_id)
         ).fetchall()
         self._doom(self._items_of(r[0] for r in other))
-        self._conn.execute("DELETE FROM images WHERE path = ? AND id != ?", (key, image_id))
+        self._conn.execute("DELETE FROM images WHERE path = ? AND id != ?", (key, file_id))
         self._conn.execute(
             "UPDATE images SET path = ?, size = ?, mtime_ns = ?, ctime_ns = ?, inode = ? "
             "WHERE id = ?",
-            (key, size, mtime_ns, ctime_ns, inode, image_id),
+            (key, size, mtime_ns, ctime_ns, inode, file_id),
         )
         self._conn.execute("DELETE FROM skipped WHERE path = ?", (key,))
 
     def touch(
         self,
-        image_id: int,
+        file_id: int,
         size: int,
         mtime_ns: int,
         ctime_ns: int | None = None,
@@ -170,7 +170,7 @@ class FilesTable(VectorFileRows):
         """The file's bytes are the row's: only its recorded state (stat) changes."""
         self._conn.execute(
             "UPDATE images SET size = ?, mtime_ns = ?, ctime_ns = ?, inode = ? WHERE id = ?",
-            (size, mtime_ns, ctime_ns, inode, image_id),
+            (size, mtime_ns, ctime_ns, inode, file_id),
         )
 
     def delete_images(self, ids: Iterable[int]) -> int:

@@ -123,12 +123,12 @@ class ItemsTable(FilesTable):
         copy of the same bytes reuses instead of embedding them again)."""
         item_of: dict[int, int] = {}
         for chunk in _chunks(file_ids):
-            for item_id, image_id in self._conn.execute(
+            for item_id, file_id in self._conn.execute(
                 f"SELECT id, image_id FROM items WHERE kind = 'image' AND image_id IN "
                 f"({_marks(chunk)})",
                 chunk,
             ):
-                item_of[int(item_id)] = int(image_id)
+                item_of[int(item_id)] = int(file_id)
         ids, vecs = self.vectors_for(item_of)
         return {item_of[int(i)]: v for i, v in zip(ids, vecs, strict=True)}
 
@@ -148,7 +148,7 @@ class ItemsTable(FilesTable):
         file yields instead of the one whole image: (kind, t, box or None, vector) each, ids
         in that order (empty: none yet, a video's frames come later)."""
         key = _key(record["path"])
-        image_id = self.next_image_id()
+        file_id = self.next_id()
         self._conn.execute(
             "INSERT INTO images(id, path, size, mtime_ns, sha256, width, height, format, "
             "indexed_at, model_id, ctime_ns, inode, kind) VALUES (:id, :key, :size, :mtime_ns, "
@@ -159,17 +159,17 @@ class ItemsTable(FilesTable):
                 "kind": "photo",
                 **record,
                 "key": key,
-                "id": image_id,
+                "id": file_id,
             },
         )
         located = list(items) if items is not None else [("image", None, None, vector)]
         for n, (kind, t, box, vec) in enumerate(located):
-            item_id = image_id + n  # next_image_id: no id at or past image_id was ever used
+            item_id = file_id + n  # next_id: no id at or past file_id was ever used
             x0, y0, x1, y1 = box if box is not None else (None, None, None, None)
             self._conn.execute(
                 "INSERT INTO items(id, image_id, kind, t, x0, y0, x1, y1) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (item_id, image_id, kind, t, x0, y0, x1, y1),
+                (item_id, file_id, kind, t, x0, y0, x1, y1),
             )
             if vec is not None:
                 self._conn.execute(
@@ -177,7 +177,7 @@ class ItemsTable(FilesTable):
                     (item_id, vector_to_blob(vec)),
                 )
         self._conn.execute("DELETE FROM skipped WHERE path = ?", (key,))
-        return image_id
+        return file_id
 
     def insert_images(self, records: Sequence[dict], vectors: np.ndarray) -> None:
         """Rows with the ids given (``id`` in each record: the file's and its one 'image'

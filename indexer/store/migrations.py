@@ -184,7 +184,7 @@ def m004_file_identity(db: sqlite_utils.Database) -> None:
 # A file (a row of images) yields items, each with its own vector: a photo one item of
 # kind 'image'; a video's frames ('frame', at t seconds) and a photo's regions ('region',
 # a box) are what other kinds are for. FAISS ids are item ids. Item ids and file ids come
-# from one counter (Catalog.next_image_id), so a photo's item has its file's id.
+# from one counter (Catalog.next_id), so a photo's item has its file's id.
 _ITEMS = """
 CREATE TABLE items (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- the FAISS id, never reused (AUTOINCREMENT)

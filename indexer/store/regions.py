@@ -85,28 +85,28 @@ class RegionsTable(PhotosTable):
         return out
 
     # -- writes (inside transaction()) ------------------------------------------------
-    def mark_tiled(self, image_id: int, tiling: str, regions: int) -> None:
+    def mark_tiled(self, file_id: int, tiling: str, regions: int) -> None:
         """Record that a photo was cut (its region items go in with this, or already are)."""
         self._conn.execute(
             "INSERT INTO tiled(image_id, tiling, regions) VALUES (?, ?, ?) "
             "ON CONFLICT(image_id) DO UPDATE SET tiling = excluded.tiling, "
             "regions = excluded.regions",
-            (image_id, tiling, regions),
+            (file_id, tiling, regions),
         )
 
-    def add_regions(self, image_id: int, tiling: str, regions: Sequence[Region]) -> list[int]:
+    def add_regions(self, file_id: int, tiling: str, regions: Sequence[Region]) -> list[int]:
         """A photo already in the catalog gets its region items (with ids no file or item
         ever had) and its tiled row; its whole item is left as it is. Returns the new ids."""
-        start = self.next_image_id()
+        start = self.next_id()
         ids = list(range(start, start + len(regions)))
         self._conn.executemany(
             "INSERT INTO items(id, image_id, kind, x0, y0, x1, y1) "
             "VALUES (?, ?, 'region', ?, ?, ?, ?)",
-            [(i, image_id, *map(float, box)) for i, (box, _) in zip(ids, regions, strict=True)],
+            [(i, file_id, *map(float, box)) for i, (box, _) in zip(ids, regions, strict=True)],
         )
         self._conn.executemany(
             "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
             [(i, vector_to_blob(v)) for i, (_, v) in zip(ids, regions, strict=True)],
         )
-        self.mark_tiled(image_id, tiling, len(regions))
+        self.mark_tiled(file_id, tiling, len(regions))
         return ids

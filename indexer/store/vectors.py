@@ -208,7 +208,7 @@ class VectorIndex:
             name = f"{FAISS_FILE} or its {PurePath(lists.filename).name}"
         entries = _sample_entries(self.index, samples)
         picked = np.array([e[2] for e in entries], np.int64)
-        if len(picked) == 0 or picked.min() < 1 or picked.max() >= catalog.next_image_id():
+        if len(picked) == 0 or picked.min() < 1 or picked.max() >= catalog.next_id():
             return f"{name} is damaged: it holds ids that are no catalog row"
         if not self.is_current(catalog):
             return None  # rows came and went since: sync updates it by id difference
@@ -223,8 +223,8 @@ class VectorIndex:
         if not np.isfinite(vecs).all() or (np.linalg.norm(vecs, axis=1) < 1e-6).any():
             return None  # the catalog's own copy is empty (a holed vectors.f16): its check names it
         by_id = dict(zip(ids.tolist(), unit_rows(vecs), strict=True))
-        for lst, pos, image_id in entries:
-            if not _entry_matches(self.index, lst, pos, image_id, by_id[image_id]):
+        for lst, pos, item_id in entries:
+            if not _entry_matches(self.index, lst, pos, item_id, by_id[item_id]):
                 return f"{name} is damaged: its vectors differ from the catalog's"
         return None
 
@@ -515,14 +515,14 @@ def _sample_entries(index: faiss.Index, n: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _entry_matches(index: faiss.Index, lst: int, pos: int, image_id: int, vec: np.ndarray) -> bool:
-    """Does the index hold vec for image_id at (lst, pos)? An IVF,SQ entry is compared as the
+def _entry_matches(index: faiss.Index, lst: int, pos: int, item_id: int, vec: np.ndarray) -> bool:
+    """Does the index hold vec for item_id at (lst, pos)? An IVF,SQ entry is compared as the
     code its quantizer gives vec in that list: within a step or two per dimension (the index
     was filled from float32 shards, the catalog may keep float16), however coarse the
     quantizer or clamped the vector, where bytes from elsewhere are off by ~85 on average."""
     if lst < 0:
         # float16 rows (vectors.f16) are within half a unit in the 11th bit of float32
-        return bool(np.allclose(index.reconstruct(image_id), vec, atol=2e-3))
+        return bool(np.allclose(index.reconstruct(item_id), vec, atol=2e-3))
     ivf = faiss.extract_index_ivf(index)  # its methods are virtual: the SQ's own run
     invlists = ivf.invlists
     assert invlists is not None

@@ -38,13 +38,13 @@ class VideosTable(ItemsTable):
     def insert_video(self, record: dict, video: dict) -> int:
         """A video's file row (record as insert_image takes it) with no frames yet, and its
         videos row (duration, fps, codec, rotation) marked incomplete. Returns its id."""
-        image_id = self.insert_image({"kind": "video", **record}, None, items=[])
+        file_id = self.insert_image({"kind": "video", **record}, None, items=[])
         self._conn.execute(
             "INSERT INTO videos(image_id, duration, fps, codec, rotation, frames, complete) "
             "VALUES (?, ?, ?, ?, ?, 0, 0)",
-            (image_id, video["duration"], video["fps"], video["codec"], video["rotation"]),
+            (file_id, video["duration"], video["fps"], video["codec"], video["rotation"]),
         )
-        return image_id
+        return file_id
 
     def insert_videos(self, records: Sequence[dict], videos: Sequence[dict]) -> None:
         """Videos' file rows with the ids given (records as insert_images takes them), with
@@ -67,7 +67,7 @@ class VideosTable(ItemsTable):
 
     def add_frames(
         self,
-        image_id: int,
+        file_id: int,
         frames: Sequence[tuple[float, np.ndarray]],
         done: bool = False,
         damage: str | None = None,
@@ -75,11 +75,11 @@ class VideosTable(ItemsTable):
         """Frame items (t seconds, vector) of a video, with ids no file or item ever had;
         done: the video's last frames (complete = 1, and why the rest was skipped). Returns
         the new item ids."""
-        start = self.next_image_id()
+        start = self.next_id()
         ids = list(range(start, start + len(frames)))
         self._conn.executemany(
             "INSERT INTO items(id, image_id, kind, t) VALUES (?, ?, 'frame', ?)",
-            [(i, image_id, float(t)) for i, (t, _) in zip(ids, frames, strict=True)],
+            [(i, file_id, float(t)) for i, (t, _) in zip(ids, frames, strict=True)],
         )
         self._conn.executemany(
             "INSERT INTO embeddings(item_id, vector) VALUES (?, ?)",
@@ -89,23 +89,23 @@ class VideosTable(ItemsTable):
             "UPDATE videos SET frames = (SELECT count(*) FROM items WHERE image_id = ? AND "
             "kind = 'frame'), complete = max(complete, ?), damage = coalesce(?, damage) "
             "WHERE image_id = ?",
-            (image_id, int(done), damage if done else None, image_id),
+            (file_id, int(done), damage if done else None, file_id),
         )
         return ids
 
-    def copy_video(self, donor: int, image_id: int) -> None:
+    def copy_video(self, donor: int, file_id: int) -> None:
         """The videos row of a byte-identical copy (its frames were copied with its row)."""
         cols = ", ".join(VIDEO_COLUMNS)
         self._conn.execute(
             f"INSERT INTO videos(image_id, {cols}) SELECT ?, {cols} FROM videos WHERE image_id = ?",
-            (image_id, donor),
+            (file_id, donor),
         )
 
     # -- reads ------------------------------------------------------------------------
-    def frame_times(self, image_id: int) -> set[float]:
+    def frame_times(self, file_id: int) -> set[float]:
         """The t of every frame of this video stored so far."""
         rows = self._conn.execute(
-            "SELECT t FROM items WHERE image_id = ? AND kind = 'frame'", (image_id,)
+            "SELECT t FROM items WHERE image_id = ? AND kind = 'frame'", (file_id,)
         )
         return {float(t) for (t,) in rows}
 
@@ -129,13 +129,13 @@ class VideosTable(ItemsTable):
         if not self.has_videos():
             return {}
         for chunk in _chunks(file_ids):
-            for item_id, image_id, t in self._conn.execute(
+            for item_id, file_id, t in self._conn.execute(
                 "SELECT it.id, it.image_id, it.t FROM items it JOIN videos v ON "
                 f"v.image_id = it.image_id WHERE v.complete = 1 AND it.kind = 'frame' AND "
                 f"it.image_id IN ({_marks(chunk)}) ORDER BY it.t, it.id",
                 chunk,
             ):
-                frames.setdefault(int(image_id), []).append((int(item_id), float(t)))
+                frames.setdefault(int(file_id), []).append((int(item_id), float(t)))
         ids, vecs = self.vectors_for(i for f in frames.values() for i, _ in f)
         vector = {int(i): v for i, v in zip(ids, vecs, strict=True)}
         return {

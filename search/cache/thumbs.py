@@ -72,12 +72,12 @@ class ResizedCache:
                 return data, False
             return path, False
 
-    def forget(self, image_id: int) -> None:
+    def forget(self, file_id: int) -> None:
         """Drop every kept entry of one catalog id (any content it was indexed with)."""
         if self.dir is None:
             return
         with suppress(OSError):
-            for path in self.dir.glob(f"{image_id}-*.jpg"):
+            for path in self.dir.glob(f"{file_id}-*.jpg"):
                 with suppress(FileNotFoundError):
                     path.unlink()
 

@@ -152,8 +152,8 @@ def store_labels(catalog, run: LabelRun) -> int:
     An image the indexer dropped since its vector was read is left out, not an error.
     """
     rows = (
-        (int(image_id), label, float(run.probabilities[i, j]), run.template, run.model_id)
-        for i, image_id in enumerate(run.ids)
+        (int(item_id), label, float(run.probabilities[i, j]), run.template, run.model_id)
+        for i, item_id in enumerate(run.ids)
         for j, label in enumerate(run.labels)
     )
     try:

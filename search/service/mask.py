@@ -188,16 +188,16 @@ def resolve_image(image: str, index_dir: Path | None) -> Path:
     from wherein.indexer import paths as P
     from wherein.indexer.store.index_store import IndexStore
 
-    image_id = int(found.group(1))
+    file_id = int(found.group(1))
     with IndexStore.open(P.index_dir(index_dir), load_vectors=False) as store:
         # Catalog ids are SQLite integers: a larger N is no image, not an overflow.
-        row = store.catalog.rows_by_ids([image_id]).get(image_id) if image_id < 2**63 else None
+        row = store.catalog.rows_by_ids([file_id]).get(file_id) if file_id < 2**63 else None
         where = store.dir
     if row is None:
-        raise IndexError_(f"{where}: no image with id {image_id}")
+        raise IndexError_(f"{where}: no image with id {file_id}")
     if not Path(row["path"]).is_file():
         raise IndexError_(
-            f"{row['path']} (id {image_id}) is gone; run `wherein index` on its folder"
+            f"{row['path']} (id {file_id}) is gone; run `wherein index` on its folder"
         )
     return Path(row["path"])
 

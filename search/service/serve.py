@@ -209,7 +209,7 @@ class ServeSession:
             stamp = (
                 self.catalog.generation,
                 self.catalog.count_images(),
-                self.catalog.max_image_id(),
+                self.catalog.max_id(),
             )
             if self._folders is not None and self._folders[0] == stamp:
                 return self._folders[1]

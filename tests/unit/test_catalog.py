@@ -67,7 +67,7 @@ def test_insert_then_read_back_by_path_id_and_vector(cat):
     assert sorted(ids.tolist()) == [a, b]
     got = dict(zip(ids.tolist(), vecs, strict=True))
     assert got[a].tobytes() == vec(0).tobytes() and got[b].tobytes() == vec(1).tobytes()
-    assert cat.count_images() == cat.count_embedded() == 2 and cat.max_image_id() == b
+    assert cat.count_images() == cat.count_embedded() == 2 and cat.max_id() == b
     assert sorted(cat.all_paths()) == ["/p/a.png", "/p/b.png"]
 
 
@@ -289,7 +289,7 @@ def test_a_file_yields_items_each_with_its_vector_and_locator(cat):
         )
     frames = [video, video + 1]
     assert cat.count_images() == 3 and cat.count_items() == 4 == cat.count_embedded()
-    assert region == video + 2 and cat.next_image_id() == region + 1  # ids shared, never reused
+    assert region == video + 2 and cat.next_id() == region + 1  # ids shared, never reused
     assert cat.embedded_ids().tolist() == [photo, *frames, region]
     rows = cat.hit_rows([frames[1], region, photo])
     assert [rows[frames[1]][k] for k in ("id", "item_id", "kind", "t", "box")] == [

@@ -32,7 +32,7 @@ def rec(i: int) -> dict:
 def fill(store: IndexStore, n: int, model_id: str = "m1") -> list[int]:
     """n new rows with random vectors, one committed batch (generation + 1)."""
     cat = store.catalog
-    start = cat.max_image_id()
+    start = cat.max_id()
     with cat.transaction():
         cat.set_meta("model_id", model_id)
         cat.set_meta("dim", DIM)

@@ -10,7 +10,7 @@ from fastapi import Query
 
 MAX_ID = 2**62  # SQLite integers are 64-bit: larger values would overflow, not miss
 
-ImageId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="Catalog id of the image")]
+FileId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="Catalog id of the file")]
 
 
 def json_schema_response(component: str, description: str) -> dict:

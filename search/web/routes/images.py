@@ -10,8 +10,8 @@ from wherein.search.service.serve import plays, timed
 from wherein.search.web.responses import JSONResponse, image_response
 from wherein.search.web.routes.common import (
     IMAGE_RESPONSES,
+    FileId,
     FrameTime,
-    ImageId,
     json_schema_response,
     urls,
 )
@@ -21,25 +21,25 @@ router = APIRouter()
 
 
 @router.get(
-    "/api/hit/{image_id}", responses=json_schema_response("ImageRecord", "One indexed image")
+    "/api/hit/{file_id}", responses=json_schema_response("ImageRecord", "One indexed image")
 )
-def hit(state: Web, image_id: ImageId) -> JSONResponse:
-    record = state.record(image_id)
+def hit(state: Web, file_id: FileId) -> JSONResponse:
+    record = state.record(file_id)
     kind = record["kind"]
     at = 0.0 if timed(kind) else None
     return JSONResponse({**record, **urls(record["id"], record["sha256"], at, plays=plays(kind))})
 
 
-@router.get("/api/thumb/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
-def thumb(state: Web, request: Request, image_id: ImageId, t: FrameTime = None) -> Response:
-    f = state.indexed(image_id, t)
+@router.get("/api/thumb/{file_id}", responses=IMAGE_RESPONSES, response_class=Response)
+def thumb(state: Web, request: Request, file_id: FileId, t: FrameTime = None) -> Response:
+    f = state.indexed(file_id, t)
     with state.serving(f):
         return image_response(state, request, lambda: state.thumbs.get(f), f, "thumb")
 
 
-@router.get("/api/image/{image_id}", responses=IMAGE_RESPONSES, response_class=Response)
-def image(state: Web, request: Request, image_id: ImageId, t: FrameTime = None) -> Response:
-    f = state.indexed(image_id, t)
+@router.get("/api/image/{file_id}", responses=IMAGE_RESPONSES, response_class=Response)
+def image(state: Web, request: Request, file_id: FileId, t: FrameTime = None) -> Response:
+    f = state.indexed(file_id, t)
     with state.serving(f):
         return image_response(state, request, lambda: state.previews.get(f), f, "preview")
 

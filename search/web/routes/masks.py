@@ -12,23 +12,23 @@ from fastapi.responses import Response
 
 from wherein.search.service.mask import KINDS, clean_prompt
 from wherein.search.web.responses import JSONResponse, image_response
-from wherein.search.web.routes.common import FrameTime, ImageId, json_schema_response
+from wherein.search.web.routes.common import FileId, FrameTime, json_schema_response
 from wherein.search.web.state import Web
 
 router = APIRouter()
 
 
 @router.get(
-    "/api/mask/{image_id}",
+    "/api/mask/{file_id}",
     responses=json_schema_response("MaskResponse", "Where the prompt matches"),
 )
 def mask(
     state: Web,
-    image_id: ImageId,
+    file_id: FileId,
     prompt: Annotated[str, Query(max_length=1000)],
     t: FrameTime = None,
 ) -> JSONResponse:
-    f = state.indexed(image_id, t)
+    f = state.indexed(file_id, t)
     p = clean_prompt(prompt)
     with state.serving(f):
         entry = state.masks.get(f, p)
@@ -45,7 +45,7 @@ def mask(
 
 
 @router.get(
-    "/api/mask/{image_id}/{kind}",
+    "/api/mask/{file_id}/{kind}",
     response_class=Response,
     responses={
         200: {
@@ -57,12 +57,12 @@ def mask(
 def mask_file(
     state: Web,
     request: Request,
-    image_id: ImageId,
+    file_id: FileId,
     kind: Literal["overlay", "mask"],
     prompt: Annotated[str, Query(max_length=1000)],
     t: FrameTime = None,
 ) -> Response:
-    f, p = state.indexed(image_id, t), clean_prompt(prompt)
+    f, p = state.indexed(file_id, t), clean_prompt(prompt)
 
     def make() -> tuple[Path | bytes, bool]:
         if kind == "mask":

@@ -65,9 +65,9 @@ def search(
     if under is not None and not os.path.isabs(os.path.expanduser(under)):
         raise BadRequest("under: give an absolute folder path (e.g. /home/me/Photos)")
     query = Q.parse(q) if q.strip() else Q()
-    for image_id, add in [(i, True) for i in like] + [(i, False) for i in unlike]:
-        _check_indexed(state, image_id)
-        query = query.like_id(image_id, 1.0 if add else -1.0)
+    for file_id, add in [(i, True) for i in like] + [(i, False) for i in unlike]:
+        _check_indexed(state, file_id)
+        query = query.like_id(file_id, 1.0 if add else -1.0)
     query.validate()
     end = page * per_page
     # Fetch in blocks: pages cut from one candidate set stay consistent (no hit on two
@@ -123,8 +123,8 @@ def _moment(h: Hit) -> float | None:
     return h.time
 
 
-def _check_indexed(state: ServeSession, image_id: int) -> None:
+def _check_indexed(state: ServeSession, file_id: int) -> None:
     """A "more like this" id must be a catalog row; its stored vector is used, not the file."""
-    if not 1 <= image_id <= MAX_ID:
-        raise BadRequest(f"like: {image_id} is not a catalog id")
-    state.indexed(image_id)
+    if not 1 <= file_id <= MAX_ID:
+        raise BadRequest(f"like: {file_id} is not a catalog id")
+    state.indexed(file_id)

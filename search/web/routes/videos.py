@@ -11,7 +11,7 @@ from wherein.search.web import videos
 from wherein.search.web.head import is_head
 from wherein.search.web.ranges import Unsatisfiable
 from wherein.search.web.responses import error_response
-from wherein.search.web.routes.common import ImageId
+from wherein.search.web.routes.common import FileId
 from wherein.search.web.state import Web
 from wherein.search.web.validators import not_modified
 
@@ -27,17 +27,17 @@ VIDEO_RESPONSES: dict[int | str, dict] = {
 }
 
 
-@router.get("/api/video/{image_id}", response_class=Response, responses=VIDEO_RESPONSES)
+@router.get("/api/video/{file_id}", response_class=Response, responses=VIDEO_RESPONSES)
 def video(
     state: Web,
     request: Request,
-    image_id: ImageId,
+    file_id: FileId,
     range_: Annotated[str | None, Header(alias="range")] = None,
     if_range: Annotated[str | None, Header(alias="if-range")] = None,
     if_none_match: Annotated[str | None, Header(alias="if-none-match")] = None,
 ) -> Response:
     try:
-        out = videos.body(state.video(image_id), range_, if_range, head=is_head(request))
+        out = videos.body(state.video(file_id), range_, if_range, head=is_head(request))
     except Unsatisfiable as exc:
         return error_response(416, str(exc), {"Content-Range": f"bytes */{exc.size}"})
     if not_modified(if_none_match, out.headers["ETag"]):
