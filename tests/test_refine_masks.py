@@ -155,7 +155,11 @@ def test_the_web_apps_mask_is_the_refined_one(standin_models, tmp_path):
     st = path.stat()
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     f = IndexedFile(1, str(path), st.st_size, st.st_mtime_ns, sha, None, None, "jpeg", None)
-    summary = MaskService(standin_models, tmp_path / "cache").get(f, "red").summary
+    session = MaskService(standin_models, tmp_path / "cache")
+    try:
+        summary = session.get(f, "red").summary
+    finally:
+        session.close()  # its worker thread outlives the test otherwise
     x0, y0 = SQUARE_AT  # the overlay's box and the area are the refined mask's
     assert np.allclose(summary["bbox"]["largest"], [x0, y0, x0 + 200, y0 + 200], atol=12)
     assert summary["mask_area"] == pytest.approx(200 * 200 / (PHOTO[0] * PHOTO[1]), rel=0.2)
