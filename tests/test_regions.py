@@ -114,8 +114,11 @@ def test_photos_without_the_thing_keep_their_probabilities(env, photos):
         after = hits(query, "-k", "9")
         assert before.keys() == after.keys()
         assert thing is None or after[thing]["probability"] > 1.4 * before[thing]["probability"]
+        assert thing is None or after[thing]["region"] is not None
         for name in after.keys() - {thing}:
             assert after[name]["probability"] <= before[name]["probability"] + 1e-9, (query, name)
+            # Where nothing stood out, no region is shown as where it matched.
+            assert after[name]["region"] is None, (query, name)
 
 
 def test_an_index_gains_regions_without_re_embedding_and_keeps_the_setting(

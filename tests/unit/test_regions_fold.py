@@ -44,8 +44,15 @@ def test_with_text_the_best_item_says_where_and_the_calibrated_cosines_say_how_m
     f = fold_photo(ids, text.copy(), text, whole, SCALE)
     assert f.best == 1 and math.isclose(f.text_cos, 0.30 - math.log(3) / SCALE)
     assert f.score == f.text_cos  # the ranking agrees with the probability
-    # A region just above the whole photo by chance: still where it matched best, but
-    # the photo keeps its whole score.
+    # A region just above the whole photo by chance: the photo keeps its whole score, and
+    # the whole photo is what decided it (no region shown where nothing stood out).
     near = np.array([0.05, 0.06, 0.04])
     f = fold_photo(ids, near.copy(), near, whole, SCALE)
-    assert (f.best, f.score, f.text_cos) == (1, 0.05, 0.05)
+    assert (f.best, f.score, f.text_cos) == (0, 0.05, 0.05)
+    # Just enough over the odds of 3 looks: the region decides, and is named.
+    over = np.array([0.05, 0.05 + (math.log(3) + 0.01) / SCALE, 0.04])
+    f = fold_photo(ids, over.copy(), over, whole, SCALE)
+    assert f.best == 1 and f.score > 0.05
+    # Regions only (no whole item among those folded): the best region decides.
+    f = fold_photo(ids[1:], near[1:].copy(), near[1:], whole[1:], SCALE)
+    assert f.best == 0
