@@ -11,12 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_run import run, search_json
 from PIL import Image, ImageDraw
 
 from wherein.indexer.imaging import Locator
 from wherein.indexer.kinds import registry
-from wherein.search.cli import cli
 
 W, H = 96, 64
 FRAME_MS = 250
@@ -43,17 +42,6 @@ def animated(path: Path, fmt: str, frames: int = FRAMES) -> Path:
         path, format=fmt, save_all=True, append_images=images[1:], duration=FRAME_MS, loop=0
     )
     return path
-
-
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, list(map(str, args)))
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
-
-
-def search_json(*args) -> list[dict]:
-    return json.loads(run("search", *args, "--json").stdout)
 
 
 @pytest.fixture()

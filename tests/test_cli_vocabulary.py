@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 
-from wherein.search.cli import cli, options
+from wherein.search.cli import options
 from wherein.search.cli.serve import DEFAULT_PORT
 
 from conftest import cli_commands as commands
@@ -34,13 +34,6 @@ INDEX_COMMANDS = (
     "serve",
 )
 BANNER = "Using STAND-IN models from"
-
-
-def run(*args, ok: bool = True, env: dict | None = None):
-    r = CliRunner().invoke(cli, [str(a) for a in args], env=env)
-    if ok:
-        assert r.exit_code == 0, r.output + repr(r.exception)
-    return r
 
 
 def option(cmd: click.Command, name: str) -> click.Option | None:

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from PIL import Image
 
 from wherein.indexer.store import vectors as V
 from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.models import SIGLIP2
-from wherein.search.cli import cli
 from wherein.search.curate import dupes as D
 from wherein.search.curate import labels as L
 from wherein.search.curate import select as S
@@ -31,13 +30,6 @@ from conftest import draw_shape
 
 RED = {"red_square.jpg", "red_disc.png"}
 BLUE = {"blue_square.png", "blue_wide.webp"}
-
-
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
 
 
 def names(hits) -> list[str]:

@@ -17,9 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from wherein.search.cli import cli
+from cli_run import run
 
 # Each command with its arguments, and the same listing printed as CSV.
 COMMANDS = {
@@ -27,13 +25,6 @@ COMMANDS = {
     "select": ["select", "red", "-p", "0.5"],
     "dupes": ["dupes", "--threshold", "0.5"],
 }
-
-
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -7,28 +7,15 @@ stand-in models, which rank colours.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_run import run, search_json
 from PIL import Image
 from video_files import RED, solid, write_video
 
 from wherein.indexer.kinds import registry
 from wherein.indexer.store.index_store import IndexStore
-from wherein.search.cli import cli
-
-
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, list(map(str, args)))
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
-
-
-def search_json(*args) -> list[dict]:
-    return json.loads(run("search", *args, "--json").stdout)
 
 
 def red_jpeg(path: Path) -> Path:

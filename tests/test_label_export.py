@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from PIL import Image, ImageDraw
 
-from wherein.search.cli import cli
 from wherein.search.export.labels import (
     Instance,
     LabelExportError,
@@ -28,13 +27,6 @@ from wherein.search.localize.masking import regions
 mask_utils = pytest.importorskip("pycocotools.mask")
 
 RED = {"red_square.jpg", "red_disc.png"}
-
-
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
 
 
 def hits_of(result) -> list[dict]:

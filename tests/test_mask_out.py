@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from test_export_destinations import digest, indexed, one_error_line, run
+from cli_run import run
+from test_export_destinations import digest, indexed, one_error_line
 
 __all__ = ["indexed"]  # the fixture, shared with the export tests
 

@@ -11,13 +11,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from PIL import Image
 from PIL.TiffImagePlugin import IFDRational
 
 from wherein.indexer.photometa import PhotoMeta, read_photo_meta
 from wherein.schemas.records import HIT_SCHEMA_PATH
-from wherein.search.cli import cli
 from wherein.search.photofilter import FilterError, Near, bounding_box, parse_near, parse_taken
 from wherein.search.service.search import open_index
 
@@ -62,13 +61,6 @@ def exif(
         gps[1], gps[2] = ("N" if lat >= 0 else "S"), dms(lat)
         gps[3], gps[4] = ("E" if lon >= 0 else "W"), dms(lon)
     return e.tobytes()
-
-
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
 
 
 def hits_json(*args) -> list[dict]:

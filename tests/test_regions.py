@@ -11,13 +11,12 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from PIL import Image, ImageDraw
 
 from wherein.indexer.models.standins.palette import COLOURS
 from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.records import HIT_SCHEMA_PATH
-from wherein.search.cli import cli
 
 W, H = 2016, 1512  # large enough to be cut (3 MP: quick to draw and decode)
 SPECK = (1400, 300, 150)  # x, y, side of the red square: 0.7% of the photo
@@ -49,13 +48,6 @@ def draw_photos(root: Path) -> None:
         arr = np.array([rgb(names[i]) for i in cells.ravel()], dtype=np.uint8)
         tiles = arr.reshape(*cells.shape, 3).repeat(84, 0).repeat(84, 1)
         Image.fromarray(tiles).save(root / f"confetti{n}.png")
-
-
-def run(*args, ok: bool = True):
-    res = CliRunner().invoke(cli, list(map(str, args)))
-    if ok:
-        assert res.exit_code == 0, res.output + repr(res.exception)
-    return res
 
 
 def hits(*args) -> dict[str, dict]:

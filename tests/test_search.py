@@ -14,13 +14,12 @@ import faiss
 import jsonschema
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_run import run, search_json
 
 from wherein.indexer.store import vectors as V
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.records import HIT_SCHEMA_PATH, Hit
 from wherein.search import output
-from wherein.search.cli import cli
 from wherein.search.service.search import Query, QueryError, Searcher, open_index
 
 from conftest import draw_shape
@@ -29,19 +28,8 @@ RED = {"red_square.jpg", "red_disc.png"}
 BLUE = {"blue_square.png", "blue_wide.webp"}
 
 
-def run(*args: str, ok: bool = True):
-    result = CliRunner().invoke(cli, list(map(str, args)))
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
-
-
 def names(hits) -> list[str]:
     return [Path(h["path"] if isinstance(h, dict) else h.path).name for h in hits]
-
-
-def search_json(*args: str) -> list[dict]:
-    return json.loads(run("search", *args, "--json").stdout)
 
 
 @pytest.fixture()

@@ -14,20 +14,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 
 from wherein.schemas import records as R
-from wherein.search.cli import cli
 
 RED = {"red_square.jpg", "red_disc.png"}
 MISSING_RAY = "Error: ray is not installed: pip install 'wherein[scale]'"
-
-
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
 
 
 def errors(result) -> list[str]:

@@ -14,12 +14,11 @@ import av
 import jsonschema
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from cli_run import run
 from PIL import Image
 from video_files import BLUE, GREEN, RED, segments, solid, write_video
 
 from wherein.schemas.records import HIT_SCHEMA_PATH
-from wherein.search.cli import cli
 from wherein.search.curate import video_dupes as VD
 
 YELLOW, MAGENTA = (230, 220, 20), (210, 20, 200)
@@ -128,13 +127,6 @@ def test_share_score_is_the_cosine_most_frames_reach():
 
 
 # -- real videos, end to end ---------------------------------------------------------------------
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
-
-
 def as_json(*args) -> list[dict]:
     return json.loads(run(*args, "--json").stdout)
 

@@ -16,12 +16,11 @@ import jsonschema
 import numpy as np
 import pytest
 import referencing
-from click.testing import CliRunner
+from cli_run import run, search_json
 from video_files import BLUE, GREEN, RED, W, solid, write_video
 
 from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.records import HIT_CORE_FIELDS, HIT_SCHEMA_PATH, SEARCH_SCHEMA_PATH
-from wherein.search.cli import cli
 from wherein.search.export.hits import read_export
 from wherein.search.service.search import Query, SearchRequest, open_index, search
 from wherein.search.videos import clock, moments
@@ -35,17 +34,6 @@ RED_SPANS = [(4.0, 8.0), (12.0, 14.0)]
 
 def clip_colour(t: float) -> np.ndarray:
     return solid(next(rgb for a, b, rgb in TIMELINE if a <= t < b))
-
-
-def run(*args, ok: bool = True):
-    result = CliRunner().invoke(cli, list(map(str, args)))
-    if ok:
-        assert result.exit_code == 0, result.output + repr(result.exception)
-    return result
-
-
-def search_json(*args) -> list[dict]:
-    return json.loads(run("search", *args, "--json").stdout)
 
 
 @pytest.fixture()
