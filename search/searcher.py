@@ -625,7 +625,7 @@ class Searcher:
 
 def _timed(hit: Hit) -> bool:
     """Whether the hit's file is of a timed kind (its frames fold into moments)."""
-    return hit.kind in media.names() and media.named(hit.kind).timed
+    return media.timed(hit.kind)
 
 
 def _limit(k, min_probability, min_score) -> int | None:

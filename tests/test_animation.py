@@ -115,6 +115,21 @@ def test_mask_at_a_time_of_an_animation(env, gif, tmp_path):
     assert "Traceback" not in r.output
 
 
+def test_search_mask_on_an_animation_hit_masks_its_best_frame(env, shapes, gif, tmp_path):
+    """The hit's kind says it is timed: the mask is of the red frame at its time, named by it."""
+    run("index", shapes, "-q")
+    out = tmp_path / "m"
+    r = run("search", "red", "--kind", "animation", "--mask", "--out", out, "--json")
+    (hit,) = json.loads(r.stdout)
+    assert RED_SPAN[0] <= hit["time"] < RED_SPAN[1]
+    box = (hit.get("bbox") or {}).get("largest")  # the square: the first frame does not show it
+    assert box is not None, hit
+    x0, y0, x1, y1 = box
+    assert abs(x0 - SQUARE[0]) <= 6 and abs(y0 - SQUARE[1]) <= 6
+    assert abs(x1 - SQUARE[2]) <= 6 and abs(y1 - SQUARE[3]) <= 6
+    assert f"anim.gif@{hit['time']:.2f}s" in Path(hit["mask_path"]).name
+
+
 def test_the_web_app_shows_the_frame_at_the_moment(env, shapes, gif):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient

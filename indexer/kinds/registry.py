@@ -10,7 +10,8 @@ any still image, is last). Adding a kind is one module and one line here.
   claims the content (a damaged ``.mp4`` is a video whose probe records why it is skipped).
 - ``kind_by_name(path)``: the hint a name gives (the walk, the watcher, tar members).
 - ``found_kind(path)``: the walk's test of one regular file (by name, else by content).
-- ``named(name)``: the kind a catalog row, a hit or ``--kind`` names.
+- ``named(name)``: the kind a catalog row, a hit or ``--kind`` names; ``timed(name)`` and
+  ``plays(name)``: what that kind says (False for a name no kind has).
 """
 
 from __future__ import annotations
@@ -54,6 +55,17 @@ def named(name: str) -> MediaKind:
         if k.name == name:
             return k
     raise KeyError(name)
+
+
+def timed(name: str | None) -> bool:
+    """Whether files of the kind called `name` yield frames at times (a hit's time and
+    moments); False for None or a name no registered kind has."""
+    return name in KIND_MODULES and named(name).timed
+
+
+def plays(name: str | None) -> bool:
+    """Whether a browser plays files of the kind called `name` itself; False for none."""
+    return name in KIND_MODULES and named(name).plays
 
 
 def reads() -> str:

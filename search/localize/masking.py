@@ -31,6 +31,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from wherein.indexer.imaging import DecodeError, decode
+from wherein.indexer.kinds import registry as media
 from wherein.indexer.outputs import MARK, write_output
 from wherein.indexer.paths import make_folder
 from wherein.indexer.regular import read_regular
@@ -475,8 +476,8 @@ def indexed_content(hit: Any) -> str | None:
 def hit_region(hit: Any) -> list[float] | None:
     """The box of a hit's best region ([x0, y0, x1, y1] in the photo's pixels, from an index
     with regions: the hit's `region`, else its matched item's `box`), None when the whole
-    photo matched best or the hit has none."""
-    if _hit_opt(hit, "kind") == "video":
+    photo matched best or the hit has none (a timed kind's hit: its frames have no box)."""
+    if media.timed(_hit_opt(hit, "kind")):
         return None
     region = _hit_opt(hit, "region")
     if region is None:
@@ -485,9 +486,10 @@ def hit_region(hit: Any) -> list[float] | None:
 
 
 def hit_time(hit: Any) -> float | None:
-    """The moment a hit's mask is of: a video hit's best frame, None for a photo."""
+    """The moment a hit's mask is of: the best frame of a hit of a timed kind (a video, an
+    animation), None for any other (a photo)."""
     time = _hit_opt(hit, "time")
-    return None if time is None or _hit_opt(hit, "kind") == "photo" else float(time)
+    return float(time) if time is not None and media.timed(_hit_opt(hit, "kind")) else None
 
 
 def slug(text: str, limit: int = 40) -> str:

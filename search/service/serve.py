@@ -57,12 +57,12 @@ WORK_THREADS = max(2, min(4, os.cpu_count() or 2))
 
 def timed(kind: str | None) -> bool:
     """Whether files of this media kind have frames at times (a hit's time, ?t= frames)."""
-    return kind in media.names() and media.named(kind).timed
+    return media.timed(kind)
 
 
 def plays(kind: str | None) -> bool:
     """Whether a browser plays files of this media kind itself (a video_url)."""
-    return kind in media.names() and media.named(kind).plays
+    return media.plays(kind)
 
 
 @dataclass(frozen=True)
