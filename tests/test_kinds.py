@@ -7,11 +7,13 @@ stand-in models, which rank colours.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from cli_run import run, search_json
 from PIL import Image
+from test_animation import animated
 from video_files import RED, solid, write_video
 
 from wherein.indexer.kinds import registry
@@ -75,3 +77,22 @@ def test_a_jpeg_named_mp4_is_served_as_an_image_not_a_video(env, shapes):
         assert record["kind"] == "photo" and "video_url" not in record
         image = client.get(record["image_url"])
         assert image.status_code == 200 and image.headers["content-type"].startswith("image/")
+
+
+def test_status_counts_the_files_of_each_kind(env, shapes):
+    """Photos (6 shapes), one video and one animation: each counted as its own kind, in the
+    text and in --json, and an animation is not counted as a video."""
+    write_video(shapes / "clips" / "clip.mp4", lambda t: solid(RED), seconds=4, fps=5)
+    animated(shapes / "moving" / "anim.gif", "GIF")
+    r = json.loads(run("index", shapes, "-q", "--json").stdout)
+    info = json.loads(run("status", "--json").stdout)
+    kinds = info["kinds"]
+    assert {k: c["files"] for k, c in kinds.items()} == {"photo": 6, "video": 1, "animation": 1}
+    assert kinds["video"]["frames"] >= 2 and kinds["animation"]["frames"] >= 2
+    assert kinds["video"]["frames"] + kinds["animation"]["frames"] == r["frames"]
+    assert (info["videos"], info["frames"]) == (1, kinds["video"]["frames"])
+    table = run("status").stdout.splitlines()
+    assert "photos     6" in table
+    assert f"videos     1 ({kinds['video']['frames']} frames)" in table
+    assert f"animations 1 ({kinds['animation']['frames']} frames)" in table
+

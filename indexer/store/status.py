@@ -31,9 +31,10 @@ class IndexStatus:
     vectors_current: bool
     disk_bytes: dict[str, int]
     vector_file: dict | None  # vectors.f16: apparent vs allocated size, dead bytes
-    videos: int = 0  # files that are videos
-    frames: int = 0  # their frame items
-    videos_incomplete: int = 0  # a run stopped mid-video: the next index run finishes them
+    # Per media kind (every registered one, then any other the catalog names): files, and for
+    # a timed kind its frames and the files a stopped run left incomplete (the next index
+    # run finishes them). videos/frames/videos_incomplete are the video kind's (kept keys).
+    kinds: dict[str, dict[str, int]] = field(default_factory=dict)
     video_damage: list[dict[str, str]] = field(default_factory=list)  # {"path", "damage"}
     regions: str | None = None  # the tiling later runs cut photos by (index --regions)
     photos_cut: int = 0  # photos cut into regions (or found to need none)
@@ -43,6 +44,7 @@ class IndexStatus:
     check: dict | None = None  # {"ok", "problems", "repaired"} after `status --check`
 
     def to_dict(self) -> dict[str, Any]:
+        video = {"files": 0, "frames": 0, "incomplete": 0, **self.kinds.get("video", {})}
         out: dict[str, Any] = {
             "index": self.index,
             "searchable": self.images,
@@ -66,9 +68,10 @@ class IndexStatus:
             "disk_bytes": self.disk_bytes,
             "vector_file": self.vector_file,
             "disk_total_bytes": sum(self.disk_bytes.values()),
-            "videos": self.videos,
-            "frames": self.frames,
-            "videos_incomplete": self.videos_incomplete,
+            "kinds": self.kinds,
+            "videos": video["files"],
+            "frames": video["frames"],
+            "videos_incomplete": video["incomplete"],
             "video_damage": self.video_damage,
             "regions": self.regions,
             "photos_cut": self.photos_cut,
@@ -94,7 +97,6 @@ def index_status(store: IndexStore) -> IndexStatus:
             "model_id"
         )
     dim = cat.get_meta("dim")
-    videos = cat.video_counts()
     cut, region_items = cat.count_tiled()
     return IndexStatus(
         index=str(store.dir),
@@ -115,14 +117,25 @@ def index_status(store: IndexStore) -> IndexStatus:
         vectors_current=current,
         disk_bytes=store.disk_usage(),
         vector_file=cat.vector_file_usage(),
-        videos=videos["videos"],
-        frames=videos["frames"],
-        videos_incomplete=videos["incomplete"],
+        kinds=kind_counts(cat.kind_counts()),
         video_damage=[{"path": p, "damage": d} for p, d in cat.video_damage()],
         regions=cat.get_meta("regions"),
         photos_cut=cut,
         region_items=region_items,
     )
+
+
+def kind_counts(found: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Every registered kind's counts (zeros where the index has none of it; a timed kind
+    with frames and incomplete), in the order wherein lists kinds, then any kind the catalog
+    names that this wherein does not know."""
+    from wherein.indexer.kinds.registry import kinds
+
+    out = {}
+    for k in reversed(kinds()):  # photo first, as registry.reads() lists them
+        zero = {"files": 0, "frames": 0, "incomplete": 0} if k.timed else {"files": 0}
+        out[k.name] = {**zero, **found.get(k.name, {})}
+    return out | {name: c for name, c in found.items() if name not in out}
 
 
 def models_report(models, index_model_id: str | None) -> dict[str, Any]:

@@ -174,8 +174,35 @@ class VideosTable(ItemsTable):
             "damaged": damaged,
         }
 
+    def kind_counts(self) -> dict[str, dict[str, int]]:
+        """Per media kind the catalog names (images.kind): its files; for a kind with
+        videos rows (a timed kind: a video, an animation) also its frame items and the files
+        a stopped run left incomplete."""
+        out: dict[str, dict[str, int]] = {
+            str(k): {"files": n}
+            for k, n in self._conn.execute(
+                f"SELECT {self._kind}, count(*) FROM images i GROUP BY 1"
+            )
+        }
+        if not self.has_videos():
+            return out
+        timed = self._conn.execute(
+            f"SELECT {self._kind}, count(*), coalesce(sum(v.complete = 0), 0) "
+            "FROM videos v JOIN images i ON i.id = v.image_id GROUP BY 1"
+        )
+        for k, _, incomplete in timed:
+            out.setdefault(str(k), {"files": 0}).update(frames=0, incomplete=incomplete)
+        frames = self._conn.execute(
+            f"SELECT {self._kind}, count(*) FROM items it JOIN images i ON i.id = it.image_id "
+            "WHERE it.kind = 'frame' GROUP BY 1"
+        )
+        for k, n in frames:
+            out.setdefault(str(k), {"files": 0, "incomplete": 0})["frames"] = n
+        return out
+
     def video_damage(self) -> list[tuple[str, str]]:
-        """(path, damage) of the videos whose stream broke off, by path."""
+        """(path, damage) of the files of a timed kind (videos, animations) whose stream
+        broke off, by path."""
         if not self.has_videos():
             return []
         rows = self._conn.execute(

@@ -299,18 +299,11 @@ def status(index_dir, models_dir, check, repair, fmt):
                 f"regions    {info['region_items']} regions of {info['photos_cut']} photos cut "
                 f"({info['regions']})"
             )
-        if info["videos"]:
-            click.echo(
-                f"videos     {info['videos']} ({info['frames']} frames"
-                + (
-                    f", {info['videos_incomplete']} not finished"
-                    if info["videos_incomplete"]
-                    else ""
-                )
-                + ")"
-            )
-            for v in info["video_damage"]:
-                click.echo(f"  damaged {v['path']}: {v['damage']}")
+        for name, n in info["kinds"].items():
+            if n["files"]:
+                click.echo(f"{name + 's':<10} {n['files']}{_frames_note(n)}")
+        for v in info["video_damage"]:
+            click.echo(f"  damaged {v['path']}: {v['damage']}")
         click.echo(f"skipped    {info['skipped_count']}")
         for s in info["skipped"]:
             click.echo(f"  {s['path']}: {s['reason']}")
@@ -326,6 +319,14 @@ def status(index_dir, models_dir, check, repair, fmt):
             click.echo("check      " + ("ok" if report.ok else "FAILED"))
     if report is not None and not report.ok:
         sys.exit(1)
+
+
+def _frames_note(counts: dict[str, int]) -> str:
+    """' (N frames, M not finished)' for a timed kind's counts; '' for another kind's."""
+    if "frames" not in counts:
+        return ""
+    unfinished = f", {counts['incomplete']} not finished" if counts.get("incomplete") else ""
+    return f" ({counts['frames']} frames{unfinished})"
 
 
 def _damaged_report(result, fmt: str) -> None:
