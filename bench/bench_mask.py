@@ -240,7 +240,7 @@ def bench_hits(models_root: Path, photos: list[Path], ks: list[int], reps: int) 
                         h, p, Path(t) / "3", models_root, store=s
                     )
                 )
-                assert len(out3) == k and disk.loaded == k
+                assert len(out3) == k and disk.loaded >= k  # crops may be kept too
                 thirds.append(wall3)
                 cpus3.append(cpu3)
         w, c, w2, c2, w3, c3 = (

@@ -163,3 +163,41 @@ def test_the_web_apps_mask_is_the_refined_one(standin_models, tmp_path):
     x0, y0 = SQUARE_AT  # the overlay's box and the area are the refined mask's
     assert np.allclose(summary["bbox"]["largest"], [x0, y0, x0 + 200, y0 + 200], atol=12)
     assert summary["mask_area"] == pytest.approx(200 * 200 / (PHOTO[0] * PHOTO[1]), rel=0.2)
+
+
+def test_a_hits_crop_passes_are_kept_in_the_vision_store_for_a_later_process(
+    standin_models, tmp_path
+):
+    from wherein.indexer.models.clipseg import ClipSeg
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.search.cache.vision_store import VisionStore
+    from wherein.search.localize.masking import add_masks_to_hits
+
+    truth = photo_with_square(tmp_path / "tiny.jpg", 100, (1783, 1324))
+    hit = {"rank": 1, "path": str(tmp_path / "tiny.jpg"), "kind": "photo"}
+    hit["region"] = [1300, 900, 2308, 1908]  # the region is the first crop, for every prompt
+    store = tmp_path / "index" / "cache" / "vision"
+
+    def masked(out: str) -> tuple[dict, int]:
+        """A new process's mask of the hit (its own model and memory), and its vision passes."""
+        model = ClipSeg.load(ModelDir(standin_models), num_threads=1)
+        passes = [0]
+        run = model.image_features
+
+        def counted(image):
+            passes[0] += 1
+            return run(image)
+
+        model.image_features = counted  # type: ignore[method-assign]
+        (h,) = add_masks_to_hits(
+            [hit], "red", tmp_path / out, standin_models, model=model, store=VisionStore(store)
+        )
+        return h, passes[0]
+
+    first, passes = masked("a")
+    assert passes >= 2  # the whole photo, the region's crop
+    again, passes_again = masked("b")
+    assert passes_again == 0
+    # The same mask from kept passes as from computed ones.
+    assert np.array_equal(read_mask(again["mask_path"]), read_mask(first["mask_path"]))
+    assert iou(read_mask(again["mask_path"]), truth) >= 0.6

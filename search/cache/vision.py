@@ -23,6 +23,7 @@ class Seen:
     size: tuple[int, int]  # the full (W, H) a viewer shows
     features: Any  # clipseg.Features
     from_store: bool = False  # read from the disk store (vision_store.py), not computed
+    key: str = ""  # the store's key of the image (its content's hash; a frame's), when known
 
 
 class VisionCache:

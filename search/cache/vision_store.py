@@ -10,6 +10,8 @@ share that cache's size limit (limit.py):
 
 - Keyed by content, not path: a moved or renamed photo keeps its entry, a changed
   one gets a new key (the photo is read anyway, to decode it for the overlay).
+- A refinement's crop passes (localize/refine.py) live beside them, keyed by a hash of
+  the photo's key and the crop's box (masking.crop_key).
 - Keyed by the vision graph's file identity (name, size, mtime): a new or
   optimized graph never reads another graph's features.
 - Stored as float16 ([3, tokens, width]: t3, t6, t9), 2.2 MB at full size. Every

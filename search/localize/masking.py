@@ -42,7 +42,7 @@ from wherein.search.cache.vision import Seen, VisionCache
 from wherein.search.cache.vision_store import VisionStore, content_key, rounded
 from wherein.search.localize.bitpng import encode_1bit
 from wherein.search.localize.probmap import enlarges, stretch, sum_over_runs, threshold_runs
-from wherein.search.localize.refine import Refinement, Refiner
+from wherein.search.localize.refine import Box, Refinement, Refiner
 from wherein.search.localize.regions import Region, Runs, regions, regions_of_runs
 
 __all__ = [
@@ -268,6 +268,7 @@ def mask_of(
     image: Callable[[int], Image.Image] | None = None,
     hint: Sequence[float] | None = None,
     slice_if_empty: bool = False,
+    crops: Callable[[Box, Callable[[], Any]], Any] | None = None,
 ) -> MaskResult:
     """The mask step every path shares: the decoder on an image's vision pass and the prompt's
     condition (`cond`, when the caller encoded it once for many images), measured at the
@@ -276,14 +277,39 @@ def mask_of(
     With `image` (draft size -> the image decoded at least twice that on its short side),
     the small regions are segmented again on crops and merged in (refine.py): `hint` (a
     hit's region) is the first crop; slice_if_empty slices a large photo the whole pass
-    found nothing in."""
+    found nothing in; `crops` (box, compute -> features: `crop_passes`) keeps the crops'
+    passes."""
     if cond is None:
         cond = model.encode_prompt(prompt)
     prob = model.decode(features, cond)
     if image is None:
         return MaskResult.from_probability(prompt, prob, size)
-    refinements = Refiner(model, cond, size, image).refine(prob, hint, slice_if_empty)
+    refinements = Refiner(model, cond, size, image, crops).refine(prob, hint, slice_if_empty)
     return MaskResult.composed(prompt, prob, size, refinements)
+
+
+def crop_passes(
+    model, seen: Seen, store: VisionStore | None
+) -> Callable[[Box, Callable[[], Any]], Any]:
+    """A refinement's crop passes on the image `seen` is of, kept in the vision store next to
+    its whole pass (keyed by its key and the box: a crop's pass depends on nothing else), so
+    another prompt on it runs none again. Rounded as the store keeps them, stored or not."""
+
+    def cached(box: Box, compute: Callable[[], Any]) -> Any:
+        key = crop_key(seen.key, box) if store is not None and seen.key else None
+        features = store.load(model, key) if store is not None and key else None
+        if features is None:
+            features = rounded(compute())
+            if store is not None and key:
+                store.save(model, key, features)
+        return features
+
+    return cached
+
+
+def crop_key(key: str, box: Box) -> str:
+    """The store's key of a crop's pass: a hash of the image's key and the box."""
+    return content_key("\0".join(("crop", key, *map(str, box))).encode())
 
 
 def image_loader(path: str | Path, time: float | None = None) -> Callable[[int], Image.Image]:
@@ -342,11 +368,11 @@ def preview_base(image: Image.Image, size: tuple[int, int]) -> Image.Image:
     return image if image.size == (pw, ph) else image.resize((pw, ph), Image.Resampling.BILINEAR)
 
 
-def seen_image(model, image: Image.Image, size: tuple[int, int]) -> Seen:
+def seen_image(model, image: Image.Image, size: tuple[int, int], key: str = "") -> Seen:
     """One vision pass over a decoded image, kept with its preview. The features are
     rounded as the disk store keeps them, so a mask never depends on where its pass
     came from."""
-    return Seen(preview_base(image, size), size, rounded(model.image_features(image)))
+    return Seen(preview_base(image, size), size, rounded(model.image_features(image)), key=key)
 
 
 def seen_stored(
@@ -354,7 +380,7 @@ def seen_stored(
 ) -> Seen:
     """The pass of the photo decoded from data: read from the store (keyed by data's hash),
     else run, and stored."""
-    return seen_keyed(model, image, size, content_key(data) if store is not None else "", store)
+    return seen_keyed(model, image, size, content_key(data), store)
 
 
 def seen_keyed(
@@ -362,11 +388,11 @@ def seen_keyed(
 ) -> Seen:
     """The pass of a decoded image: read from the store under key, else run, and stored."""
     if store is None:
-        return seen_image(model, image, size)
+        return seen_image(model, image, size, key)
     features = store.load(model, key)
     if features is not None:
-        return Seen(preview_base(image, size), size, features, from_store=True)
-    seen = seen_image(model, image, size)
+        return Seen(preview_base(image, size), size, features, from_store=True, key=key)
+    seen = seen_image(model, image, size, key)
     store.save(model, key, seen.features)
     return seen
 
@@ -550,7 +576,13 @@ def mask_file(
     loader = image_loader(path, time)
     for prompt in prompts:
         res = mask_of(
-            model, prompt, seen.features, seen.size, image=loader, slice_if_empty=time is None
+            model,
+            prompt,
+            seen.features,
+            seen.size,
+            image=loader,
+            slice_if_empty=time is None,
+            crops=crop_passes(model, seen, store),
         )
         files: dict[str, str] = {}
         if out_dir is not None:
@@ -661,7 +693,14 @@ def add_masks_to_hits(
                 on_error(hit, str(exc))
             return dict.fromkeys(HIT_MASK_FIELDS)
         res = mask_of(
-            model, prompt, seen.features, seen.size, cond, image_loader(path, time), hit_region(hit)
+            model,
+            prompt,
+            seen.features,
+            seen.size,
+            cond,
+            image_loader(path, time),
+            hit_region(hit),
+            crops=crop_passes(model, seen, store),
         )
         values = hit_values(res)
         if min_mask_area is not None and values["mask_area"] < min_mask_area:

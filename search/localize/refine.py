@@ -12,26 +12,33 @@ map, drawn blurred, or not drawn at all. After that whole pass (level 0):
    the photo; crops that overlap become one (their union box).
 3. **One more vision pass per crop** (the photo decoded at the reduction that keeps each crop
    at least CLIPSEG_IMAGE_SIZE pixels: libjpeg's 1/2..1/8 scaling), and the prompt's decoder.
+   A crop's pass depends on the photo and its box alone, so the caller may keep it (the
+   vision store does, masking.crop_passes): another prompt whose crop is the same box (a
+   hit's region always is) runs only the decoder there.
 4. **Merged at the photo's size** (`masking.MaskResult.composed`): inside a crop the crop's
    map replaces the coarser one; the runs, regions, boxes, area and score are measured on
    the merged mask, so every box, area, PNG, export and overlay is the refined one.
 
 A hint (a hit's `region`, the box of the photo's tile that matched best in a `--regions`
 index) is the first crop (level 1): its map replaces the whole pass inside it, and its own
-small regions are refined as the whole pass's are (level 2). When the whole pass finds
+small regions are refined as the whole pass's are (level 2); the whole pass's regions inside
+the hint get no crop of their own (the hint's map saw them closer). When the whole pass finds
 nothing at all and the caller allows it (`wherein mask` alone, no hint), the photo is
 **sliced** (`slice_boxes`: a SLICES grid of overlapping tiles, one pass each) to find
-small regions to refine; the tiles are a search, not part of the mask.
+small regions to refine; the tiles are a search, not part of the mask (they cost
+len(slice_boxes) passes, on top of one per small region).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from wherein.indexer.imaging import jpeg_scale
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE, CLIPSEG_MASK_THRESHOLD
 from wherein.search.localize.regions import Runs, regions_of_runs
 
@@ -61,28 +68,36 @@ class Refinement:
 
 
 def small_boxes(prob: np.ndarray, size: tuple[int, int], limit: int = MAX_CROPS) -> list[Box]:
-    """The boxes (photo px) of the map's small regions and bumps, highest peak first."""
+    """The boxes (photo px) of the map's small regions and bumps, highest peak first. A bump
+    around regions over the threshold (their halo) is one thing with them: its box stands
+    for theirs, so one thing takes one crop."""
     prob = np.asarray(prob, dtype=np.float32)
     mh, mw = prob.shape
     w, h = size
-    found: list[tuple[float, Box]] = []
-    seen: set[tuple[int, int, int, int]] = set()
+    found: dict[Box, float] = {}  # map px -> peak
+    cores: list[Box] = []
     for level in (CLIPSEG_MASK_THRESHOLD, CANDIDATE_P):
         for r in regions_of_runs(Runs.of_mask(prob > level)):
             x0, y0, x1, y1 = r.bbox
-            if x1 - x0 > SMALL_SIDE * mw or y1 - y0 > SMALL_SIDE * mh or r.bbox in seen:
+            if level == CLIPSEG_MASK_THRESHOLD:
+                cores.append(r.bbox)
+            if x1 - x0 > SMALL_SIDE * mw or y1 - y0 > SMALL_SIDE * mh:
                 continue
-            seen.add(r.bbox)
-            peak = float(prob[y0:y1, x0:x1].max())
-            box = (
-                int(x0 * w / mw),
-                int(y0 * h / mh),
-                min(w, int(np.ceil(x1 * w / mw))),
-                min(h, int(np.ceil(y1 * h / mh))),
-            )
-            found.append((peak, box))
-    found.sort(key=lambda pb: (-pb[0], pb[1]))  # ties: by position, the same on every CPU
-    return [box for _, box in found[:limit]]
+            if level == CANDIDATE_P:
+                for c in cores:
+                    if inside(c, r.bbox):
+                        found.pop(c, None)
+            found[r.bbox] = float(prob[y0:y1, x0:x1].max())
+    ranked = sorted(found.items(), key=lambda bp: (-bp[1], bp[0]))  # ties: by position
+    return [
+        (
+            int(x0 * w / mw),
+            int(y0 * h / mh),
+            min(w, int(np.ceil(x1 * w / mw))),
+            min(h, int(np.ceil(y1 * h / mh))),
+        )
+        for (x0, y0, x1, y1), _ in ranked[:limit]
+    ]
 
 
 def crop_box(box: Sequence[float], size: tuple[int, int]) -> Box:
@@ -138,7 +153,12 @@ def is_large(size: tuple[int, int]) -> bool:
 
 class Refiner:
     """Runs the crops of one image for one prompt: model, the prompt's cond, and the image
-    (decoded on first need, at the reduction the crops allow)."""
+    (decoded on first need, at the reduction each crop allows).
+
+    A crop's pass depends on the photo and the crop's box only (each box is cut from the
+    photo decoded at that box's own reduction), so `cached` (box, compute -> features) may
+    keep it for another prompt on the same photo; `passes` counts the passes this refiner
+    ran, not those `cached` had."""
 
     def __init__(
         self,
@@ -146,37 +166,54 @@ class Refiner:
         cond: np.ndarray,
         size: tuple[int, int],
         load: Callable[[int], Image.Image],
+        cached: Callable[[Box, Callable[[], Any]], Any] | None = None,
     ) -> None:
         self.model = model
         self.cond = cond
         self.size = size
         self._load = load  # draft_size -> the image decoded at least 2x that on its short side
-        self._image: Image.Image | None = None
+        self._cached = cached or (lambda _box, compute: compute())
+        self._images: dict[int, Image.Image] = {}  # by libjpeg reduction
+        self._full: Image.Image | None = None  # when drafts are ignored: one image for all
         self.passes = 0
 
-    def image_for(self, boxes: Sequence[Box]) -> Image.Image:
-        """The photo decoded so that the smallest crop keeps about MIN_CROP pixels a side."""
-        smallest = min(min(b[2] - b[0], b[3] - b[1]) for b in boxes)
+    def image_for(self, box: Box) -> Image.Image:
+        """The photo decoded so that the crop box keeps about MIN_CROP pixels a side (one
+        decode per libjpeg reduction; a loader that ignores the draft size decodes once)."""
         w, h = self.size
-        reduce = max(1.0, smallest / MIN_CROP)  # the reduction a crop can take
+        reduce = max(1.0, min(box[2] - box[0], box[3] - box[1]) / MIN_CROP)
         draft = max(1, int(np.ceil(min(w, h) / (2 * reduce))))
-        if self._image is None or self._image.width < w / reduce - 1:
-            self._image = self._load(draft)
-        return self._image
+        scale = jpeg_scale(w, h, draft)
+        image = self._full if self._full is not None else self._images.get(scale)
+        if image is None:
+            image = self._images[scale] = self._load(draft)
+            if scale > 1 and image.width >= w:  # the loader decodes in full (a PNG, a frame)
+                self._full = image
+        return image
+
+    def features(self, box: Box):
+        """The vision pass on the crop box (`cached`'s, else run here)."""
+
+        def compute():
+            image = self.image_for(box)
+            sx, sy = image.width / self.size[0], image.height / self.size[1]
+            crop = image.crop((box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy))
+            self.passes += 1
+            return self.model.image_features(crop)
+
+        return self._cached(box, compute)
 
     def prob(self, box: Box) -> np.ndarray:
-        """The prompt's map on the crop box: one vision pass and the decoder."""
-        image = self.image_for([box])
-        sx, sy = image.width / self.size[0], image.height / self.size[1]
-        crop = image.crop((box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy))
-        self.passes += 1
-        return self.model.decode(self.model.image_features(crop), self.cond)
+        """The prompt's map on the crop box: one vision pass (or a kept one) and the decoder."""
+        return self.model.decode(self.features(box), self.cond)
 
     def refine(
         self, prob: np.ndarray, hint: Sequence[float] | None = None, slice_if_empty: bool = False
     ) -> list[Refinement]:
         """The refinements of a whole-pass map (`prob`): the hint's crop first, then the crops
-        around the small regions of the whole pass and of the hint's map (module docstring)."""
+        around the small regions of the whole pass and of the hint's map (module docstring).
+        At most one pass per small region, and none for a region the hint's crop already saw
+        closer (it lies inside the hint: the hint's own small regions stand for it)."""
         size = self.size
         if not is_large(size):
             return []
@@ -187,16 +224,18 @@ class Refiner:
             if box is not None:
                 hint_prob = self.prob(box)
                 out.append(Refinement(box, hint_prob, level=1))
-                regions = [*in_crop(small_boxes(hint_prob, _size(box)), box), *regions]
+                outside = [r for r in regions if not inside(r, box)]
+                regions = [*in_crop(small_boxes(hint_prob, _size(box)), box), *outside]
         elif slice_if_empty and not regions and not (prob > CLIPSEG_MASK_THRESHOLD).any():
             for tile in slice_boxes(size):
                 regions += in_crop(small_boxes(self.prob(tile), _size(tile)), tile)
-        if not regions:
-            return out
         crops = merge_boxes([crop_box(b, size) for b in regions[:MAX_CROPS]])
-        self.image_for(crops)
         out += [Refinement(c, self.prob(c), level=2) for c in crops]
         return out
+
+
+def inside(box: Box, outer: Box) -> bool:
+    return outer[0] <= box[0] and outer[1] <= box[1] and box[2] <= outer[2] and box[3] <= outer[3]
 
 
 def _size(box: Box) -> tuple[int, int]:

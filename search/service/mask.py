@@ -390,13 +390,20 @@ class MaskSession:
 
     def _result(self, f: IndexedFile, prompt: str, pkey: str) -> tuple[Any, Seen]:
         """On the mask thread: the prompt's mask on the file (a decoder run on its pass)."""
-        from wherein.search.localize.masking import mask_of
+        from wherein.search.localize.masking import crop_passes, mask_of
 
         model = self.model
         seen = self._vision(f, model)
         # Small regions are segmented again on crops of the file (refine.py), as `search
         # --mask` does; the crops too are read from the verified file.
-        res = mask_of(model, prompt, seen.features, seen.size, image=self._loader(f))
+        res = mask_of(
+            model,
+            prompt,
+            seen.features,
+            seen.size,
+            image=self._loader(f),
+            crops=crop_passes(model, seen, self.store),
+        )
         self.decoder_runs += 1
         with self._lock:
             self._results[f"{f.key}/{pkey}"] = res
