@@ -6,27 +6,39 @@ photo's pixels as a viewer shows them; each is embedded by the same tower as the
 whose own item stays as it is (same decode, same vector as without regions).
 
 The tiling (``choose_boxes``, pure) spends a fixed budget of tower calls per photo
-(``Tiling.budget``) at the finest scale where it fits:
+(``Tiling.budget``: 2) at the finest scale where it fits:
 
-- Levels of square tiles: 2, 4, 8... across the photo's longer side, down to tiles of
-  ``min_side`` photo pixels (and never smaller than the model's input: a tile
-  is downscaled, never blown up). Neighbouring tiles overlap by ``overlap`` of their side, so
-  a thing up to that size lies whole in some tile.
+- Levels of square tiles: 2, 4, 8... across the photo's longer side (a 12-MP photo: 2304,
+  1240, 645, 329 px), then one at the model's own input (224 px: a small thing seen at
+  the photo's own pixels, filling a fifth of the tower's input when it is 100 px). A tile
+  is downscaled, never blown up. Neighbouring tiles overlap by ``overlap`` of their side,
+  so a thing up to that size lies whole in some grid tile.
 - Flat parts (every channel's standard deviation under ``flat`` levels of 255: sky, a wall,
   a plain backdrop) need no tile: the whole photo's own item already sees what they hold.
 - Where the photo is not flat is a map of small cells (``busy_map``: about 1/128 of the
   long side each). Each level covers the busy cells with as few of its tiles as it can
-  (greedily; grid tiles, or tiles centred on what is busy when that takes fewer), and the levels are taken finer while the cover
-  fits the budget and needs no more tiles than the coarser one (more would cut a thing
-  into parts). A plain photo with one small thing on it gets one small tile around the
-  thing; a photo busy all over gets the coarsest level (a 4:3 photo: 2 x 2 tiles). Where even the coarsest cover does not fit (a long panorama),
-  the tiles of it that hold the most cells are kept.
+  (greedily; grid tiles, or tiles centred on what is busy when that takes fewer), and the
+  levels are taken finer while the cover fits the budget and needs no more tiles than the
+  coarser one (more would cut a thing into parts). A plain photo with one small thing on
+  it gets one small tile around the thing; where even the coarsest cover does not fit (a
+  photo busy all over: a 4:3 photo's 2 x 2 tiles), the budget's tiles of it that hold the
+  most busy cells are kept.
+
+The budget is what `--regions` costs: the real tower's run per region dominates it, and a
+plain run pays one tower run and a reduced decode a photo, so 2 regions keep a photo busy all
+over within 3x a plain run (bench/results/regions.md). On such a photo 2 tiles of 2304 px
+see a small thing hardly better than the whole view, with 4 or with 2 (the same
+bench measures it): the regions pay off where a photo is plain around small things.
 
 Flatness is measured on the decoded image the whole photo's input comes from (one decode);
 the tiles' pixels come from that decode too when it is fine enough for the level chosen,
 else from one more decode of the same bytes at the scale that level needs (``decode_scale``).
 Small photos (shorter side under ``min_photo``) get no regions: the whole view sees them well.
-See bench/bench_regions.py for how these numbers were chosen.
+
+An index records its tiling's name (meta 'regions') when regions are turned on, and every
+later run cuts with the tiling of that name (``tiling_named``): a changed default is a new
+name in ``TILINGS``, and the older indexes keep theirs (pyramid-v1: budget 4, no tile
+under 320 px). See bench/bench_regions.py for how these numbers were chosen.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
+from wherein.schemas.errors import IndexError_
 from wherein.schemas.models import ImageInput
 
 Box = tuple[int, int, int, int]  # x0, y0, x1, y1 in the photo's pixels, x1/y1 exclusive
@@ -46,19 +59,22 @@ Box = tuple[int, int, int, int]  # x0, y0, x1, y1 in the photo's pixels, x1/y1 e
 @dataclass(frozen=True)
 class Tiling:
     """How photos are cut into regions (see the module docstring); name is what the index
-    records, so that later runs cut new photos the same way."""
+    records, so that later runs cut new photos the same way (``tiling_named``)."""
 
-    name: str = "pyramid-v1"
-    budget: int = 4  # region items per photo at most (tower calls beyond the whole photo's)
+    name: str = "pyramid-v2"
+    budget: int = 2  # region items per photo at most (tower calls beyond the whole photo's)
     overlap: float = 0.25  # share of a tile's side its neighbour also covers
     flat: float = 4.0  # a tile whose every channel's std (0-255) is below this is flat
     min_photo: int = 1024  # photos with a shorter side below this get no regions
-    min_side: int = 320  # the smallest tile side, photo pixels
+    min_side: int = 0  # the smallest tile side, photo pixels (never under the model's input)
+    # Below the last power of two, one more level at the floor itself (min_side or the
+    # model's input): a small thing's tile shows it at the photo's own pixels.
+    to_floor: bool = True
 
     def levels(self, width: int, height: int, input_size: int) -> list[int]:
         """Tile sides, coarsest first: 2, 4, 8... tiles across the photo's longer side (with
         their overlap; never taller than its shorter side), while a tile is at least
-        min_side and the model's input."""
+        min_side and the model's input; with to_floor, then that floor itself."""
         short, long = min(width, height), max(width, height)
         if short < self.min_photo:
             return []
@@ -68,10 +84,33 @@ class Tiling:
         while (side := min(short, math.floor(long / (n - (n - 1) * self.overlap)))) >= floor:
             sides.append(side)
             n *= 2
+        if self.to_floor and (not sides or sides[-1] > floor) and short >= floor:
+            sides.append(floor)
         return sides
 
 
-DEFAULT_TILING = Tiling()
+# Every tiling an index may name (meta 'regions'), by name: an index keeps cutting new photos
+# the way it cut its first ones, whatever the default is now.
+TILINGS = {
+    t.name: t
+    for t in (
+        Tiling("pyramid-v1", budget=4, min_side=320, to_floor=False),
+        Tiling(),
+    )
+}
+DEFAULT_TILING = Tiling()  # what an index that turns regions on from now records
+
+
+def tiling_named(name: str) -> Tiling:
+    """The tiling an index names; IndexError_ for a name this wherein does not know (an
+    index from a newer one: cutting its new photos another way would mix two tilings)."""
+    try:
+        return TILINGS[name]
+    except KeyError:
+        raise IndexError_(
+            f"the index cuts photos into regions with tiling {name!r}, which this wherein "
+            f"does not know (it knows {', '.join(TILINGS)}): it was made by a newer wherein"
+        ) from None
 
 
 def positions(length: int, side: int, overlap: float) -> list[int]:
@@ -103,32 +142,19 @@ def busy_map(image: Image.Image, flat: float = DEFAULT_TILING.flat) -> np.ndarra
     the cell is at least `flat`. The map spans the whole photo, whatever its decoded size."""
     factor = max(1, math.ceil(max(image.size) / DETAIL_SIDE))
     small = image.reduce(factor) if factor > 1 else image
-    x = np.asarray(small, dtype=np.int64)
+    x = np.asarray(small, dtype=np.int32)  # a whole row of squares sums under 2**31
     rows, cols = max(1, x.shape[0] // CELL), max(1, x.shape[1] // CELL)
     ys = np.linspace(0, x.shape[0], rows + 1).round().astype(int)
     xs = np.linspace(0, x.shape[1], cols + 1).round().astype(int)
-    s, q = _summed(x), _summed(x * x)
     n = ((ys[1:] - ys[:-1])[:, None] * (xs[1:] - xs[:-1])[None, :])[..., None]
-    mean = _cells(s, ys, xs) / n
-    var = np.maximum(_cells(q, ys, xs) / n - mean**2, 0.0)
+    mean = _cells(x, ys, xs) / n
+    var = np.maximum(_cells(x * x, ys, xs) / n - mean**2, 0.0)
     return np.sqrt(var).max(axis=2) >= flat
 
 
-def _summed(x: np.ndarray) -> np.ndarray:
-    out = np.zeros((x.shape[0] + 1, x.shape[1] + 1, x.shape[2]), dtype=np.int64)
-    out[1:, 1:] = x.cumsum(0).cumsum(1)
-    return out
-
-
-def _cells(t: np.ndarray, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
-    """Sums over the cells between consecutive ys and xs, from a summed-area table."""
-    a = (
-        t[ys[1:]][:, xs[1:]]
-        - t[ys[:-1]][:, xs[1:]]
-        - t[ys[1:]][:, xs[:-1]]
-        + t[ys[:-1]][:, xs[:-1]]
-    )
-    return a.astype(np.float64)
+def _cells(x: np.ndarray, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """Sums over the cells between consecutive ys and xs (exact: integers)."""
+    return np.add.reduceat(np.add.reduceat(x, ys[:-1], axis=0), xs[:-1], axis=1).astype(np.float64)
 
 
 class _Map:

@@ -100,6 +100,12 @@ def test_photos_without_the_thing_keep_their_probabilities(env, photos):
     plain_index = env["index"].with_name("plain")
     run("index", photos, "-q", "--index", plain_index)
     run("index", photos, "-q", "--regions")
+    with IndexStore.open(env["index"]) as store:  # every photo has regions but the flat one
+        named = store.catalog.ids_for_paths([str(p) for p in photos.iterdir()])
+        cut = store.catalog.photo_regions(named.values())
+        assert {Path(p).name for p, i in named.items() if len(cut.get(i, [])) > 1} == {
+            p.name for p in photos.iterdir()
+        } - {"plain.png"}
     things = {"red": "speck.png", "yellow": "sea.png", "green": None}  # a small thing in one
     for query, thing in things.items():
         before = hits(query, "-k", "9", "--index", plain_index)

@@ -29,7 +29,7 @@ from wherein.indexer.ingest.walk import WalkProblem, under_any, walk
 from wherein.indexer.kinds.registry import named
 from wherein.indexer.models.registry import ImageEmbedder, refuse_other_family
 from wherein.indexer.photometa import fill_photos
-from wherein.indexer.regions import DEFAULT_TILING, Tiling
+from wherein.indexer.regions import DEFAULT_TILING, Tiling, tiling_named
 from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import IndexStore
 
@@ -260,7 +260,9 @@ class Indexer:
         if self.regions and cat.get_meta("regions") is None:
             with cat.transaction():
                 cat.set_meta("regions", DEFAULT_TILING.name)
-        self.tiling = DEFAULT_TILING if cat.get_meta("regions") is not None else None
+        name = cat.get_meta("regions")
+        # The tiling the index names, not today's default: its photos are all cut one way.
+        self.tiling = tiling_named(name) if name is not None else None
 
     def _prepare_model(self, stats: RunStats) -> None:
         cat = self.store.catalog

@@ -18,7 +18,9 @@ from wherein.indexer.regions import (
     decode_scale,
     grid,
     positions,
+    tiling_named,
 )
+from wherein.schemas.errors import IndexError_
 from wherein.schemas.models import SIGLIP2
 
 W, H = 4032, 3024  # a 12-MP photo
@@ -70,15 +72,36 @@ def test_a_thing_on_a_plain_photo_lies_whole_in_one_small_tile(side):
     assert tile in levels and all(s < side for s in levels if s < tile)
 
 
-def test_a_busy_photo_is_covered_by_the_budget_at_most():
+def covered(boxes) -> np.ndarray:
+    out = np.zeros((H // 8, W // 8), dtype=bool)
+    for x0, y0, x1, y1 in boxes:
+        out[y0 // 8 : y1 // 8, x0 // 8 : x1 // 8] = True
+    return out
+
+
+def test_a_busy_photo_gets_the_budget_of_the_coarsest_tiles():
     rng = np.random.default_rng(0)
     noise = Image.fromarray((rng.random((H // 16, W // 16, 3)) * 255).astype(np.uint8))
-    boxes = boxes_of(noise.resize((W, H)))
-    assert 1 < len(boxes) <= DEFAULT_TILING.budget
-    covered = np.zeros((H // 8, W // 8), dtype=bool)
-    for x0, y0, x1, y1 in boxes:
-        covered[y0 // 8 : y1 // 8, x0 // 8 : x1 // 8] = True
-    assert covered.all()
+    photo = noise.resize((W, H))
+    boxes = boxes_of(photo)
+    coarsest = DEFAULT_TILING.levels(W, H, 224)[0]
+    assert len(boxes) == DEFAULT_TILING.budget == 2
+    assert all(x1 - x0 == coarsest == y1 - y0 for x0, y0, x1, y1 in boxes)
+    assert len(set(boxes)) == 2 and covered(boxes).mean() > 0.6  # apart, not one on another
+    # An index cut with the first tiling keeps it: 4 tiles, the whole photo covered.
+    old = boxes_of(photo, tiling_named("pyramid-v1"))
+    assert len(old) == 4 and covered(old).all()
+
+
+def test_an_index_names_its_tiling_and_keeps_it():
+    assert tiling_named(DEFAULT_TILING.name) == DEFAULT_TILING
+    v1 = tiling_named("pyramid-v1")
+    assert (v1.budget, v1.levels(W, H, 224)) == (4, [2304, 1240, 645, 329])
+    # Today's: down to the tower's own input, where a small thing is seen at 1:1 pixels.
+    assert DEFAULT_TILING.levels(W, H, 224) == [2304, 1240, 645, 329, 224]
+    assert DEFAULT_TILING.levels(W, H, 384)[-1] == 384  # a larger input: a larger floor
+    with pytest.raises(IndexError_, match="newer wherein"):
+        tiling_named("pyramid-v99")
 
 
 def test_things_far_apart_each_get_their_tile():
@@ -93,10 +116,12 @@ def test_decode_scale_keeps_tiles_near_the_model_input():
     assert decode_scale([(0, 0, 645, 645)], 224) == 4
     assert decode_scale([(0, 0, 329, 329)], 224) == 2
     assert decode_scale([(0, 0, 200, 200)], 224) == 1
+    assert decode_scale([(0, 0, 224, 224)], 224) == 1  # the finest level: 1:1 pixels
 
 
-def test_prepare_keeps_the_whole_photo_input_and_adds_the_regions():
-    img = plain(things=[(2500, 1200, 200, (220, 30, 30))])
+@pytest.mark.parametrize("side", [100, 200])
+def test_prepare_keeps_the_whole_photo_input_and_adds_the_regions(side):
+    img = plain(things=[(2500, 1200, side, (220, 30, 30))])
     buf = io.BytesIO()
     img.save(buf, "JPEG", quality=90)
     data = buf.getvalue()
@@ -106,8 +131,9 @@ def test_prepare_keeps_the_whole_photo_input_and_adds_the_regions():
     assert cut.items[0][0] == WHOLE_IMAGE
     assert np.array_equal(cut.items[0][1], whole.pixels)  # same decode, same vector
     loc, px = cut.items[1]
-    assert loc.kind == "region" and loc.box is not None and holds(loc.box, 2500, 1200, 200)
+    assert loc.kind == "region" and loc.box is not None and holds(loc.box, 2500, 1200, side)
     assert px.shape == whole.pixels.shape
-    # The region's input shows the red square large (a sixth of its tile or more).
+    # The region's input shows the red square large (a sixth of its tile or more), even a
+    # 100-px one: 0.08% of the photo (its tile is the tower's input, at the photo's pixels).
     red = (px[0] > 0.5) & (px[1] < -0.5)
     assert red.mean() > 0.15
