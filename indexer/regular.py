@@ -14,6 +14,7 @@ that turns a failed read into a recorded skip or a one-line error names the reas
 from __future__ import annotations
 
 import errno
+import io
 import os
 import stat
 from collections.abc import Iterator
@@ -55,14 +56,20 @@ def not_regular(path: str | os.PathLike, mode: int) -> NotRegular:
     )
 
 
-def check_regular(path: str | os.PathLike) -> os.stat_result:
-    """The stat of path (through symlinks) when it is a regular file, else NotRegular; for a
-    path handed to a library that opens it itself (PyAV). Readers that open the file use
-    open_regular, which checks the descriptor they read."""
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise not_regular(path, st.st_mode)
-    return st
+def open_regular_file(path: str | os.PathLike) -> io.FileIO:
+    """path opened for reading as an unbuffered file object when it is a regular file (the
+    descriptor fstat checked is the one read: no window to swap the file), NotRegular
+    otherwise; for a library that reads through a file object (PyAV, Pillow). The caller
+    closes it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, st.st_mode)
+        return io.FileIO(fd, "rb", closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @contextmanager

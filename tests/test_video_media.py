@@ -6,6 +6,10 @@ known times, so a sampled frame's time and colour can be checked against what wa
 
 from __future__ import annotations
 
+import builtins
+import os
+import threading
+
 import av
 import numpy as np
 import pytest
@@ -22,6 +26,8 @@ from video_files import (  # noqa: F401
     write_video,
 )
 
+from wherein.indexer.imaging import Locator
+from wherein.indexer.kinds import registry
 from wherein.indexer.video import (
     VideoError,
     frame_at,
@@ -289,3 +295,87 @@ def test_a_video_stream_that_decodes_to_nothing_is_a_clear_skip(tmp_path):
         probe(path)
     with pytest.raises(VideoError, match="no decodable video frame"):
         list(sample(path))
+
+
+# --- only the regular file looked at is read (issue 28) -----------------------------------
+
+
+def _fifo(path) -> None:
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("special", ["fifo", "dev-zero"])
+@pytest.mark.parametrize("kind", ["video", "animation"])
+@pytest.mark.parametrize("reader", ["probe", "sample", "image_at"])
+def test_a_timed_file_swapped_for_a_special_file_before_it_is_opened_is_never_read(
+    tmp_path, monkeypatch, special, kind, reader
+):
+    if kind == "video":
+        path = write_video(tmp_path / "v.mp4", segments, seconds=4)
+    else:
+        path = tmp_path / "a.gif"
+        frames = [Image.fromarray(solid(c)) for c in (RED, GREEN, BLUE)]
+        frames[0].save(path, save_all=True, append_images=frames[1:], duration=500)
+    media = registry.kind_of(path)
+    assert media.name == kind
+    swapped = []
+
+    def swap() -> None:
+        # The video becomes a FIFO or a /dev/zero link just after whatever look comes first
+        # (a stat of the path, or the open of the file that is read).
+        if not swapped:
+            swapped.append(True)
+            path.unlink()
+            _fifo(path) if special == "fifo" else path.symlink_to("/dev/zero")
+
+    real_stat, real_open = os.stat, os.open
+
+    def is_video(p) -> bool:
+        return isinstance(p, str | os.PathLike) and os.fspath(p) == str(path)
+
+    def stat(p, *a, **k):
+        st = real_stat(p, *a, **k)
+        if is_video(p):
+            swap()
+        return st
+
+    def open_(p, *a, **k):
+        if is_video(p):
+            swap()
+        return real_open(p, *a, **k)
+
+    def open_file(p, *a, **k):  # a library that opens the path itself (Pillow)
+        if is_video(p):
+            swap()
+        return real_open_file(p, *a, **k)
+
+    real_open_file = builtins.open
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(builtins, "open", open_file)
+    read = {
+        "probe": lambda: media.probe(path),
+        "sample": lambda: list(media.sample(path, 2.0, 10)),
+        "image_at": lambda: media.image_at(path, Locator("frame", t=1.0)),
+    }[reader]
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            read()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(20)
+    if worker.is_alive() and special == "fifo":  # blocked on the FIFO: let it go, then fail
+        monkeypatch.undo()
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(20)
+        pytest.fail("the file was opened as a FIFO: the read blocked")
+    assert swapped and outcome, "the read did not finish"
+    assert isinstance(outcome[0], VideoError), outcome[0]
+    kind = "a FIFO" if special == "fifo" else "a character device"
+    assert str(outcome[0]) == f"not a regular file ({kind}); never read"

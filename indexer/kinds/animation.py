@@ -21,6 +21,7 @@ from PIL import Image, ImageSequence
 
 from wherein.indexer.imaging import MAX_PIXELS, to_rgb
 from wherein.indexer.kinds.base import FrameSource, MediaKind
+from wherein.indexer.regular import NotRegular, open_regular_file
 from wherein.indexer.video.probe import VideoError, VideoInfo
 from wherein.indexer.video.sample import (
     LONG_SIDE,
@@ -47,12 +48,16 @@ def _candidate(head: bytes) -> bool:
 def _opened(path: str | Path) -> Iterator[Image.Image]:
     """The file opened by Pillow; any failure is a VideoError with the reason."""
     try:
-        with Image.open(path) as img:
+        # Pillow reads from the descriptor checked, never from the path again (a FIFO swapped
+        # in would block it).
+        with open_regular_file(path) as file, Image.open(file) as img:
             if img.width * img.height > MAX_PIXELS:
                 raise VideoError(f"decompression bomb: {img.width}x{img.height} pixels")
             yield img
     except VideoError:
         raise
+    except NotRegular as exc:
+        raise VideoError(str(exc.strerror)) from None
     except Exception as exc:  # noqa: BLE001 - decoder plugins raise many types
         raise VideoError(f"unreadable animation ({type(exc).__name__}: {exc})") from None
 

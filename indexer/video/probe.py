@@ -6,7 +6,10 @@ stream decodes and carries the display matrix (rotation) as FFmpeg exports it.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -15,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import av
 
-from wherein.indexer.regular import NotRegular, check_regular
+from wherein.indexer.regular import NotRegular, open_regular_file
 
 if TYPE_CHECKING:
     from av.container import InputContainer
@@ -41,27 +44,34 @@ class VideoInfo:
     container: str = ""
 
 
-def open_video(path: str | Path) -> tuple[InputContainer, VideoStream]:
-    """The container and its first video stream, or a VideoError saying why not."""
+@contextmanager
+def open_video(path: str | Path) -> Iterator[tuple[InputContainer, VideoStream]]:
+    """The container and its first video stream (both closed on leaving), or a VideoError
+    saying why not."""
     p = Path(path)
     try:
-        # FFmpeg opens the path itself: a FIFO there would block it, /dev/zero never end.
-        if check_regular(p).st_size == 0:
-            raise VideoError("empty file")
-        container = av.open(str(p), mode="r")
-    except VideoError:
-        raise
+        # Opened here, not by FFmpeg from the path: the descriptor checked is the one read,
+        # so a FIFO or a /dev/zero link swapped in after any earlier look is never read.
+        file = open_regular_file(p)
     except NotRegular as exc:
         raise VideoError(str(exc.strerror)) from None
-    except (av.FFmpegError, OSError) as exc:
-        # FFmpeg's reason in a word ("moov atom not found" is only logged; the error says
-        # "Invalid data found when processing input").
+    except OSError as exc:
         raise VideoError(f"unreadable video ({_reason(exc)})") from None
-    if not container.streams.video:
-        kind = "audio only" if container.streams.audio else "no streams"
-        container.close()
-        raise VideoError(f"no video stream ({kind})")
-    return container, container.streams.video[0]
+    with file:
+        if os.fstat(file.fileno()).st_size == 0:
+            raise VideoError("empty file")
+        file.name = os.fspath(p)  # FFmpeg's format hint, and its messages
+        try:
+            container = av.open(file, mode="r")
+        except (av.FFmpegError, OSError, ValueError) as exc:
+            # FFmpeg's reason in a word ("moov atom not found" is only logged; the error
+            # says "Invalid data found when processing input").
+            raise VideoError(f"unreadable video ({_reason(exc)})") from None
+        with container:
+            if not container.streams.video:
+                kind = "audio only" if container.streams.audio else "no streams"
+                raise VideoError(f"no video stream ({kind})")
+            yield container, container.streams.video[0]
 
 
 def _reason(exc: BaseException) -> str:
@@ -70,8 +80,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def probe(path: str | Path) -> VideoInfo:
-    container, stream = open_video(path)
-    with container:
+    with open_video(path) as (container, stream):
         try:
             first = next(container.decode(stream), None)
         except (av.FFmpegError, OSError, ValueError) as exc:

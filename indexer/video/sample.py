@@ -69,8 +69,7 @@ class Sampling:
 
     def __iter__(self) -> Iterator[Frame]:
         keys = keyframe_times(self.path)
-        container, stream = open_video(self.path)
-        with container:
+        with open_video(self.path) as (container, stream):
             yield from self._run(container, stream, keys)
 
     def _run(self, container, stream: VideoStream, keys: list[float]) -> Iterator[Frame]:
@@ -185,8 +184,7 @@ def sample(path: str | Path, **kw) -> Sampling:
 def keyframe_times(path: str | Path) -> list[float]:
     """Keyframe times (seconds, stream clock) from the container's index when it has every
     packet in it (mp4, mov), else from one demux pass (Matroska reads its cues lazily)."""
-    container, stream = open_video(path)
-    with container:
+    with open_video(path) as (container, stream):
         entries = stream.index_entries
         tb = float(time_base(stream))
         if len(entries) > 1 and any(not e.is_keyframe for e in entries):
@@ -203,8 +201,7 @@ def keyframe_times(path: str | Path) -> list[float]:
 
 def frame_at(path: str | Path, time: float) -> Frame:
     """The frame a player shows at `time` seconds, full size (for masks)."""
-    container, stream = open_video(path)
-    with container:
+    with open_video(path) as (container, stream):
         duration = duration_of(container, stream)
         if time < 0 or (duration and time > duration):
             raise VideoError(f"time {time:g} s is outside the video (0 to {duration:.1f} s)")
