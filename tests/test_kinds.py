@@ -8,6 +8,7 @@ stand-in models, which rank colours.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,37 @@ def test_status_counts_the_files_of_each_kind(env, shapes):
     assert f"videos     1 ({kinds['video']['frames']} frames)" in table
     assert f"animations 1 ({kinds['animation']['frames']} frames)" in table
 
+
+def test_a_rebuilt_catalog_keeps_each_files_kind_and_frames(env, shapes):
+    """--rebuild-catalog salvages a video and an animation as what they are, with their
+    frames: nothing is decoded again, and search finds them as before, at their time."""
+    write_video(shapes / "clips" / "clip.mp4", lambda t: solid(RED), seconds=4, fps=5)
+    animated(shapes / "moving" / "anim.gif", "GIF")
+    run("index", shapes, "-q")
+    before = json.loads(run("status", "--json").stdout)["kinds"]
+    hits = {h["path"]: (h["kind"], h["time"], h["moments"]) for h in search_json("red", "-k", "20")}
+    out = json.loads(run("index", shapes, "--rebuild-catalog", "-q", "--json").stdout)
+    assert out["rebuilt_catalog"]["rows_reused"] == before["photo"]["files"] + 2, out
+    assert out["embedded"] == 0 and out["frames"] == 0, out  # nothing sampled again
+    assert json.loads(run("status", "--json").stdout)["kinds"] == before
+    again = {
+        h["path"]: (h["kind"], h["time"], h["moments"]) for h in search_json("red", "-k", "20")
+    }
+    assert again == hits
+    assert {k for k, _, _ in again.values()} == {"photo", "video", "animation"}
+    check = json.loads(run("status", "--check", "--json").stdout)["check"]
+    assert check["ok"] and not check.get("notes"), check
+    # A frame lost with the damage: the video comes back unfinished, and the next run
+    # embeds that frame alone (as after a run stopped mid-video).
+    conn = sqlite3.connect(env["index"] / "catalog.db")
+    with conn:
+        (lost,) = conn.execute(
+            "SELECT max(it.id) FROM items it JOIN images i ON i.id = it.image_id "
+            "WHERE i.kind = 'video'"
+        ).fetchone()
+        conn.execute("DELETE FROM embeddings WHERE item_id = ?", (lost,))
+        conn.execute("DELETE FROM items WHERE id = ?", (lost,))
+    conn.close()
+    out = json.loads(run("index", shapes, "--rebuild-catalog", "-q", "--json").stdout)
+    assert (out["embedded"], out["videos"], out["frames"]) == (1, 1, 1), out  # the video alone
+    assert json.loads(run("status", "--json").stdout)["kinds"] == before

@@ -48,7 +48,6 @@ Invariants:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +70,7 @@ from wherein.indexer.store.integrity import IntegrityChecks
 from wherein.indexer.store.labels import LabelsTable
 from wherein.indexer.store.photos import PHOTO_COLUMNS
 from wherein.indexer.store.regions import RegionsTable
-from wherein.indexer.store.salvage import Salvaged, salvage, stamped_schema
+from wherein.indexer.store.salvage import Kept, Salvaged, salvage, stamped_schema
 from wherein.indexer.store.skips import SkipsTable
 
 # Importers of this module's names from before the split keep working.
@@ -81,6 +80,7 @@ __all__ = [
     "Catalog",
     "CatalogReadOnly",
     "CatalogTooNew",
+    "Kept",
     "Salvaged",
     "blob_to_vector",
     "damaged",
@@ -179,17 +179,21 @@ class Catalog(RegionsTable, SkipsTable, LabelsTable, IntegrityChecks):
             self._vfile.close()
         self._conn.close()
 
-    def restore(self, salvaged: Salvaged, rows: Sequence[dict], vectors: np.ndarray) -> None:
+    def restore(self, salvaged: Salvaged, kept: Kept) -> None:
         """Fill a new, empty catalog from a damaged one's salvage: its settings (model, dim),
-        these rows with their ids and vectors, and an id counter past every id the old
-        catalog (or FAISS) may have handed out, so no id ever names two images."""
+        the rows kept with their ids, kinds and vectors (a timed file with its videos row and
+        frames), and an id counter past every id the old catalog (or FAISS) may have handed
+        out, so no id ever names two images."""
         with self.transaction():
             for key in ("model_id", "space", "dim", "model_file"):
                 if key in salvaged.meta:
                     self.set_meta(key, salvaged.meta[key])
             self.set_meta("generation", int(salvaged.meta.get("generation", 0) or 0) + 1)
-            if len(rows):
-                self.insert_images(rows, vectors)
+            if kept.files:
+                self.insert_images(kept.files, np.array(kept.vectors, np.float32))
+            if kept.timed:
+                self.insert_videos(kept.timed, kept.videos)
+                self.insert_items(kept.frames, np.array(kept.frame_vectors, np.float32))
             seq = max(salvaged.next_id - 1, self.max_id())
             for table in ("images", "items"):  # ids of files and items share one counter
                 migrations.raise_sequence(self._conn, table, seq)

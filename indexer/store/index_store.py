@@ -26,6 +26,7 @@ from wherein.indexer.store.catalog import (
     SCHEMA_VERSION,
     Catalog,
     CatalogTooNew,
+    Kept,
     blob_to_vector,
     damaged,
     rebuild_hint,
@@ -377,7 +378,7 @@ def rebuild_catalog(d: Path) -> Rebuilt:
         raise _cannot_write(d, exc) from None
     got = salvage(aside)
     dim = int(got.meta.get("dim", 0) or 0)
-    rows, vecs = _trusted(d, got.rows, dim, got.meta.get("vector_file"))
+    kept = _trusted(d, got.rows, dim, got.meta.get("vector_file"))
     got.next_id = max(got.next_id, _highest_derived_id(d, dim) + 1)
     # Past the generation vectors.faiss records, whatever the salvage found: the file must
     # never pass for current with the rows lost in it.
@@ -388,21 +389,20 @@ def rebuild_catalog(d: Path) -> Rebuilt:
         )
     catalog = Catalog(db)
     try:
-        catalog.restore(got, rows, vecs)
+        catalog.restore(got, kept)
     finally:
         catalog.close()
-    return Rebuilt(aside, len(got.rows), len(rows), got.unreadable_ids)
+    return Rebuilt(aside, len(got.rows), len(kept), got.unreadable_ids)
 
 
-def _trusted(
-    d: Path, rows: list[dict], dim: int, vector_file: str | None
-) -> tuple[list[dict], np.ndarray]:
+def _trusted(d: Path, rows: list[dict], dim: int, vector_file: str | None) -> Kept:
     """The salvaged rows worth keeping, and their vectors: the file is still there with the
     size and mtime recorded (indexing then re-hashes it) and the vector is dim finite,
-    non-zero values (from vectors.f16 where the row kept it there)."""
+    non-zero values (from vectors.f16 where the row kept it there); a timed file keeps the
+    frames whose vectors are so, and is kept when one is."""
+    kept = Kept()
     if not dim:
-        return [], np.zeros((0, 0), np.float32)
-    keep, vecs = [], []
+        return kept
     f16 = None
     if vector_file and (d / VECTOR_FILE).is_file():
         with contextlib.suppress(OSError, ValueError):
@@ -415,21 +415,34 @@ def _trusted(
                 continue
             if (st.st_size, st.st_mtime_ns) != (row["size"], row["mtime_ns"]):
                 continue
-            blob = row.pop("vector")
-            if len(blob) == dim * 4:
-                v = blob_to_vector(blob)
-            elif not blob and f16 is not None:
-                v = f16.read(np.array([row["id"]], np.int64))[0]
-            else:
-                continue
-            norm = float(np.linalg.norm(v))
-            if np.isfinite(norm) and norm > 1e-6:
-                keep.append(row)
-                vecs.append(v)
+            if "frames" in row:
+                frames = [
+                    (i, t, v)
+                    for i, t, blob in row.pop("frames")
+                    if (v := _vector(blob, i, dim, f16)) is not None
+                ]
+                if frames:
+                    kept.add_timed(row, frames)
+            elif (v := _vector(row.pop("vector"), row["id"], dim, f16)) is not None:
+                kept.files.append(row)
+                kept.vectors.append(v)
     finally:
         if f16 is not None:
             f16.close()
-    return keep, np.array(vecs, np.float32).reshape(len(vecs), dim)
+    return kept
+
+
+def _vector(blob: bytes, item_id: int, dim: int, f16: VectorFile | None) -> np.ndarray | None:
+    """An item's salvaged vector (its blob, or its row of vectors.f16 where the blob is
+    empty); None unless it is dim finite values of a non-zero length."""
+    if len(blob) == dim * 4:
+        v = blob_to_vector(blob)
+    elif not blob and f16 is not None:
+        v = f16.read(np.array([item_id], np.int64))[0]
+    else:
+        return None
+    norm = float(np.linalg.norm(v))
+    return v if np.isfinite(norm) and norm > 1e-6 else None
 
 
 def _highest_derived_id(d: Path, dim: int) -> int:

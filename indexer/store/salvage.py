@@ -1,5 +1,10 @@
 """Salvage (`index --rebuild-catalog`): what a damaged catalog still gives, read rowid
 range by rowid range so that a damaged page costs only the rows on it.
+
+Each file keeps its media kind: the catalog's images.kind where it has the column, else what
+migration m007 derives (a file with a videos row is a video, any other a photo). A photo
+comes back with its whole-image vector; a file of a timed kind (a video, an animation) with
+its videos row and the frames whose vectors survived.
 """
 
 from __future__ import annotations
@@ -11,22 +16,57 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wherein.indexer.store.base import _IMAGE_COLUMNS, _SELECT_IMAGES, _path
+import numpy as np
+
+from wherein.indexer.kinds.registry import timed
+from wherein.indexer.store.base import _IMAGE_COLUMNS, _path
 from wherein.indexer.store.connection import _uri_path
 from wherein.indexer.store.migrations import stamped_version
+from wherein.indexer.store.videos import VIDEO_COLUMNS
 
 _SALVAGE_STEP = 256  # ids per range read; a range a damaged page breaks is halved down to one id
 
 
 @dataclass
 class Salvaged:
-    """What a damaged catalog still gives: image rows (each with its "vector" blob, b"" for
-    a row of the vector file), the meta settings, and the smallest id it never handed out."""
+    """What a damaged catalog still gives: file rows, each with its media "kind" and either
+    its whole image's "vector" blob (b"" for a row of the vector file) or, for a file of a
+    timed kind, its "video" (the videos row) and "frames" ((item id, t, vector blob) each);
+    the meta settings, and the smallest id it never handed out."""
 
     rows: list[dict] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
     next_id: int = 1
     unreadable_ids: int = 0  # ids in ranges no read got through
+
+
+@dataclass
+class Kept:
+    """The salvaged rows a rebuilt catalog takes (their file unchanged, their vectors whole):
+    whole-image files with their vectors, and files of a timed kind with their videos rows
+    and frame items ((item id, file id, 'frame', t) each) and the frames' vectors."""
+
+    files: list[dict] = field(default_factory=list)
+    vectors: list[np.ndarray] = field(default_factory=list)
+    timed: list[dict] = field(default_factory=list)
+    videos: list[dict] = field(default_factory=list)
+    frames: list[tuple[int, int, str, float]] = field(default_factory=list)
+    frame_vectors: list[np.ndarray] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.files) + len(self.timed)
+
+    def add_timed(self, row: dict, frames: list[tuple[int, float, np.ndarray]]) -> None:
+        """A timed file and the frames kept: complete only when none was lost (frames is
+        then the videos row's count), else the next index run samples it again and embeds
+        only the frames missing (as after a run stopped mid-video)."""
+        video = dict(row.pop("video"))
+        complete = bool(video["complete"]) and len(frames) == video["frames"]
+        video.update(frames=len(frames), complete=int(complete))
+        self.timed.append(row)
+        self.videos.append(video)
+        self.frames += [(i, row["id"], "frame", t) for i, t, _ in frames]
+        self.frame_vectors += [v for _, _, v in frames]
 
 
 def _open_damaged(path: Path) -> sqlite3.Connection | None:
@@ -95,12 +135,17 @@ def salvage(path: Path) -> Salvaged:
         )
         vector_rows, _ = _salvage_ranges(conn, by_file, top)
         vectors = dict(vector_rows)
+        videos, frames = _timed_parts(conn, itemised, top)
+        has_kind = _has_column(conn, "images", "kind")
+        kind = "kind" if has_kind else "NULL"
         image_rows, out.unreadable_ids = _salvage_ranges(
-            conn, f"{_SELECT_IMAGES} WHERE id BETWEEN ? AND ?", top
+            conn,
+            f"SELECT {', '.join(_IMAGE_COLUMNS)}, {kind} FROM images WHERE id BETWEEN ? AND ?",
+            top,
         )
         seen: set = set()
         for row in image_rows:
-            rec = dict(zip(_IMAGE_COLUMNS, row))
+            rec = dict(zip((*_IMAGE_COLUMNS, "kind"), row))
             ok = (
                 isinstance(rec["id"], int)
                 and isinstance(rec["path"], bytes | str)
@@ -108,13 +153,55 @@ def salvage(path: Path) -> Salvaged:
                 and isinstance(rec["mtime_ns"], int)
                 and isinstance(rec["sha256"], str)
                 and re.fullmatch(r"[0-9a-f]{64}", rec["sha256"]) is not None
-                and isinstance(vectors.get(rec["id"]), bytes)
                 and rec["path"] not in seen
             )
-            if ok:
-                seen.add(rec["path"])
-                out.rows.append({**rec, "path": _path(rec["path"]), "vector": vectors[rec["id"]]})
+            if not ok:
+                continue
+            if not has_kind:  # as m007 derives it for a catalog from before kinds
+                rec["kind"] = "video" if rec["id"] in videos else "photo"
+            if timed(rec["kind"]):  # its frames are its items, its videos row says how many
+                if rec["id"] not in videos or not frames.get(rec["id"]):
+                    continue
+                parts = {"video": videos[rec["id"]], "frames": frames[rec["id"]]}
+            elif isinstance(vectors.get(rec["id"]), bytes):
+                parts = {"vector": vectors[rec["id"]]}
+            else:
+                continue
+            seen.add(rec["path"])
+            out.rows.append({**rec, "path": _path(rec["path"]), **parts})
     return out
+
+
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    sql = f"SELECT 1 FROM pragma_table_info('{table}') WHERE name = '{column}'"
+    return _salvage_one(conn, sql) == 1
+
+
+def _timed_parts(
+    conn: sqlite3.Connection, itemised: bool, top: int
+) -> tuple[dict[int, dict], dict[int, list[tuple[int, float, bytes]]]]:
+    """The videos rows (file id -> its VIDEO_COLUMNS) and the frame items with a vector
+    (file id -> (item id, t, vector blob) each, by time) that can be read."""
+    if not itemised or not _has_column(conn, "videos", "image_id"):
+        return {}, {}
+    cols = ", ".join(VIDEO_COLUMNS)
+    rows, _ = _salvage_ranges(
+        conn, f"SELECT image_id, {cols} FROM videos WHERE image_id BETWEEN ? AND ?", top
+    )
+    videos = {r[0]: dict(zip(VIDEO_COLUMNS, r[1:], strict=True)) for r in rows}
+    items, _ = _salvage_ranges(
+        conn,
+        "SELECT it.id, it.image_id, it.t, e.vector FROM items it JOIN embeddings e "
+        "ON e.item_id = it.id WHERE it.kind = 'frame' AND it.id BETWEEN ? AND ?",
+        top,
+    )
+    frames: dict[int, list[tuple[int, float, bytes]]] = {}
+    for item_id, file_id, t, blob in items:
+        if isinstance(item_id, int) and isinstance(t, int | float) and isinstance(blob, bytes):
+            frames.setdefault(file_id, []).append((item_id, float(t), blob))
+    for f in frames.values():
+        f.sort(key=lambda x: x[1])
+    return videos, frames
 
 
 def _salvage_one(conn: sqlite3.Connection, sql: str):

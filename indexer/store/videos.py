@@ -48,17 +48,19 @@ class VideosTable(ItemsTable):
 
     def insert_videos(self, records: Sequence[dict], videos: Sequence[dict]) -> None:
         """Videos' file rows with the ids given (records as insert_images takes them), with
-        no items (insert_items adds their frames), and their videos rows, complete: each
-        video's (duration, fps, codec, rotation, frames, damage) as sampled to its end."""
+        no items (insert_items adds their frames), and their videos rows: each video's
+        (duration, fps, codec, rotation, frames, damage) as sampled to its end (complete,
+        unless a video says ``complete: 0``, as a salvaged one that lost frames does)."""
         self._insert_file_rows(records, default_kind="video")
         self._conn.executemany(
             "INSERT INTO videos(image_id, duration, fps, codec, rotation, frames, complete, "
-            "damage) VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
+            "damage) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 (
                     int(r["id"]),
                     *(v[k] for k in ("duration", "fps", "codec", "rotation")),
                     v["frames"],
+                    int(v.get("complete", 1)),
                     v["damage"],
                 )
                 for r, v in zip(records, videos, strict=True)
