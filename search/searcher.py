@@ -228,6 +228,20 @@ class Searcher:
             raise QueryError(f"the terms of {str(q)!r} cancel out: nothing left to search for")
         return QueryVectors(full, text)
 
+    def unencoded(self, query: Query) -> list[str]:
+        """The prompts of the query's text terms whose vectors are not kept: what a search
+        for it would run the text tower on."""
+        prompts = [self.prompt(t.value) for t in query.text_terms]
+        with self._prompt_lock:
+            return [p for p in dict.fromkeys(prompts) if p not in self._prompt_vectors]
+
+    def encode_ahead(self, prompts: list[str]) -> None:
+        """Encode prompts and keep their vectors, so that a search for them runs no tower
+        (the web app does this on its own thread: searches for known texts never wait)."""
+        if prompts:
+            self.check_space()  # a search would refuse other models before encoding
+            self._text_vectors(prompts)
+
     def _text_vectors(self, prompts: list[str]) -> np.ndarray:
         """The text tower's vectors of prompts; those encoded lately come from a small LRU
         (the tower is the same for the Searcher's life)."""

@@ -39,6 +39,7 @@ from wherein.schemas.models import CLIPSEG_IMAGE_SIZE
 from wherein.search.cache.masks import KINDS, KeptMasks, MaskEntry, prompt_key
 from wherein.search.cache.vision import Seen, VisionCache
 from wherein.search.cache.vision_store import VisionStore
+from wherein.search.service.lanes import background
 from wherein.search.service.runner import LATER, NOW, PriorityRunner
 
 __all__ = [
@@ -380,7 +381,8 @@ class MaskSession:
             if self._runner_ is None:
                 if self._closed:
                     raise RuntimeError("the mask session is closed")
-                self._runner_ = PriorityRunner("wherein-masks")
+                # Background priority: a search's thread gets the CPU first (lanes.py).
+                self._runner_ = PriorityRunner("wherein-masks", on_start=background)
             return self._runner_
 
     def _ensure(self, f: IndexedFile, prompt: str, pkey: str) -> MaskEntry:

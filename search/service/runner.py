@@ -27,7 +27,9 @@ log = logging.getLogger("wherein.serve")
 
 
 class PriorityRunner:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, on_start: Callable[[], object] | None = None) -> None:
+        """on_start: run first on the worker thread (e.g. lanes.background)."""
+        self._on_start = on_start
         self._heap: list[tuple[int, int, Callable[[], Any], Future]] = []
         self._order = itertools.count()
         self._cv = threading.Condition()
@@ -76,6 +78,8 @@ class PriorityRunner:
                 log.warning("the mask worker did not finish within %.0f s", JOIN_S)
 
     def _work(self) -> None:
+        if self._on_start is not None:
+            self._on_start()
         while True:
             with self._cv:
                 while not self._heap and not self._closed:

@@ -31,8 +31,15 @@ from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes, usable_c
 from wherein.search.cache.thumbs import ResizedCache
 from wherein.search.cache.vision_store import VISION_DIR, VisionStore
 from wherein.search.service import DEFAULT_PREFETCH_MASKS
+from wherein.search.service.lanes import background_pool, search_pool
 from wherein.search.service.mask import MaskSession
-from wherein.search.service.search import MODEL_TEMPLATE, Template
+from wherein.search.service.search import (
+    MODEL_TEMPLATE,
+    SearchRequest,
+    SearchResult,
+    Template,
+)
+from wherein.search.service.search import search as search_service
 
 __all__ = [
     "DEFAULT_PREFETCH_MASKS",
@@ -51,7 +58,8 @@ PREVIEW_SIDE = 1600
 # Threads for the heavy work (decoding a photo for a thumbnail or preview; a search, whose
 # query encoding allocates tensors and starts a team of OpenMP threads per calling thread):
 # more than the cores only adds memory, since each holds its image or tensors and malloc
-# keeps freed heap per thread. Requests hand the work to these few and wait.
+# keeps freed heap per thread. Requests hand the work to these few and wait, each kind in
+# its own lane (search/service/lanes.py).
 WORK_THREADS = max(2, min(4, os.cpu_count() or 2))
 
 
@@ -101,8 +109,11 @@ class ServeSession:
         self._closed = False
         self.cache_dir = self.index_dir / "cache"
         writable = usable_cache(self.cache_dir)
-        self.decoding = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-decode")
-        self.searching = ThreadPoolExecutor(WORK_THREADS, thread_name_prefix="wherein-search")
+        self.decoding = background_pool(WORK_THREADS, "wherein-decode")
+        self.searching = search_pool(WORK_THREADS, "wherein-search")
+        # One thread: the text tower encodes one text at a time, and a search whose texts
+        # are known must not wait in the search lane behind one that is being encoded.
+        self.encoding = ThreadPoolExecutor(1, thread_name_prefix="wherein-encode")
         self.thumbs = ResizedCache(
             self.cache_dir / "thumbs" if writable else None,
             THUMB_SIDE,
@@ -130,11 +141,21 @@ class ServeSession:
         # the catalog closes under the lock its readers take, never under a read.
         self.masks.close()
         self.decoding.shutdown(cancel_futures=True)
+        self.encoding.shutdown(cancel_futures=True)
         self.searching.shutdown(cancel_futures=True)
         with self.db_lock:
             self._closed = True
             self.catalog.close()
         self.searcher.close()
+
+    # -- search --------------------------------------------------------------------------------
+    def search(self, request: SearchRequest) -> SearchResult:
+        """One search, in its lanes: a text not encoded lately is encoded first on the
+        encoding thread, then the search runs on the search threads."""
+        new = self.searcher.unencoded(request.parsed)
+        if new:
+            self.encoding.submit(self.searcher.encode_ahead, new).result()
+        return self.searching.submit(search_service, self.searcher, request).result()
 
     # -- files ---------------------------------------------------------------------------------
     def indexed(self, file_id: int, time: float | None = None) -> IndexedFile:

@@ -14,7 +14,6 @@ from wherein.schemas.errors import BadRequest
 from wherein.schemas.records import Hit
 from wherein.search.service.search import Query as Q
 from wherein.search.service.search import SearchRequest
-from wherein.search.service.search import search as search_service
 from wherein.search.service.serve import ServeSession, plays
 from wherein.search.web.responses import JSONResponse
 from wherein.search.web.routes.common import MAX_ID, json_schema_response, urls
@@ -89,7 +88,7 @@ def search(
         kind=kind,
         sort=sort,
     ).check()
-    result = state.searching.submit(search_service, state.searcher, request).result()
+    result = state.search(request)
     hits, warnings = result.hits, result.warnings
     timings = {k: round(v, 2) for k, v in result.timings.items()}
     total = len(hits) if min_probability is not None else None
