@@ -237,6 +237,9 @@ class Prepared:
     # A timed file (a video: probed, not decoded yet): its frames are sampled and embedded
     # in chunks after its file row is committed (ingest/videos.py); items stays empty.
     video: VideoInfo | None = None
+    # Its bytes where there is no local file to sample it from (a tar member of a kind that
+    # is sampled in memory: an animation); the frames are read from them.
+    data: bytes | None = None
     # Regions cut from a photo (indexer/regions.py): how many of items are regions and the
     # tiling's name; None when the photo was not cut (regions off, or not read).
     regions: int | None = None

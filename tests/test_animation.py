@@ -7,12 +7,15 @@ photo. Indexed with the stand-in models, which rank colours: "red" finds the red
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cli_run import run, search_json
 from PIL import Image, ImageDraw
+from video_files import RED as RED_VIDEO
+from video_files import solid, write_video
 
 from wherein.indexer.imaging import Locator
 from wherein.indexer.kinds import registry
@@ -161,3 +164,46 @@ def test_embed_and_build_index_give_the_animation_its_kind_and_frames(env, gif, 
     (anim,) = [h for h in hits if Path(h["path"]).name == "anim.gif"]
     assert anim["kind"] == "animation" and RED_SPAN[0] <= anim["time"] < RED_SPAN[1]
     assert anim["moments"] and anim["duration"] == pytest.approx(FRAMES * FRAME_MS / 1000)
+
+
+def test_an_animation_in_a_tar_shard_is_an_animation_with_its_frames(env, gif, tmp_path):
+    """embed on a webdataset shard asks each member's content, as index asks a file's: an
+    animated GIF or APNG is an animation sampled from its bytes, a still one a photo, and a
+    video under a photo's name a failed item that says why (its frames need a file)."""
+    apng = animated(tmp_path / "m" / "anim.png", "PNG")
+    still = animated(tmp_path / "m" / "still.gif", "GIF", frames=1)
+    clip = write_video(tmp_path / "m" / "clip.mp4", lambda t: solid(RED_VIDEO), seconds=2, fps=5)
+    shard = tmp_path / "shard-0000.tar"
+    with tarfile.open(shard, "w") as tf:
+        for path, name in ((gif, "1.gif"), (apng, "2.apng"), (still, "3.gif"), (clip, "4.jpg")):
+            tf.add(path, name)
+    run("embed", shard, "--out", tmp_path / "emb", "-q")
+    index = tmp_path / "built"
+    run("build-index", tmp_path / "emb", "--index", index, "-q")
+    hits = {h["path"].rsplit("#", 1)[-1]: h for h in search_json("red", "--index", index)}
+    for name in ("1.gif", "2.apng"):
+        anim = hits[name]
+        assert anim["kind"] == "animation" and RED_SPAN[0] <= anim["time"] < RED_SPAN[1], name
+        assert anim["moments"] and anim["duration"] == pytest.approx(FRAMES * FRAME_MS / 1000)
+    assert hits["3.gif"]["kind"] == "photo" and hits["3.gif"]["time"] is None
+    (skip,) = json.loads(run("status", "--json", "--index", index).stdout)["skipped"]
+    assert skip["path"].endswith("#4.jpg") and "a video in a tar shard" in skip["reason"], skip
+
+
+def test_the_ray_decode_task_samples_a_tar_members_animation(gif, tmp_path):
+    """--engine ray's decode task (run here, without Ray) gives a tar member's animated GIF
+    the frame rows the kind samples from its bytes."""
+    from wherein.indexer.scale.ray_embed import decode_batch
+    from wherein.indexer.scale.sources import tar_items
+    from wherein.schemas.models import ImageInput
+
+    shard = tmp_path / "shard-0000.tar"
+    with tarfile.open(shard, "w") as tf:
+        tf.add(gif, "1.gif")
+    (item,) = tar_items(str(shard))
+    batch = {"id": [1], "shard": [0], "uri": [item.uri], "offset": [item.offset],
+             "length": [item.length]}  # fmt: skip
+    spec = ImageInput(16, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    rows = [r for b in decode_batch(batch, True, spec) for r in zip(b["kind"], b["t"], b["media"])]
+    times = [f.time for f in registry.kind_of(gif).sample(gif, 2.0, 600)]
+    assert rows == [("frame", pytest.approx(t), "animation") for t in times]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from wherein.indexer.imaging import JPEG_DRAFT, Prepared, read_error
 from wherein.indexer.ingest.walk import FoundFile
-from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
+from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind, Source
 from wherein.indexer.kinds.registry import kind_by_name, kind_of
 from wherein.indexer.photometa import PhotoMeta
 from wherein.indexer.regions import Tiling
@@ -111,8 +111,14 @@ def load_timed(found: FoundFile, kind: MediaKind) -> Prepared | Unsettled:
         return _not_read(found, exc)
     res = Prepared(size=size, mtime_ns=mtime_ns, sha256=sha256, kind=kind.name)
     res.ctime_ns, res.inode = identity
+    return probed(res, kind, found.path)
+
+
+def probed(res: Prepared, kind: MediaKind, source: Source) -> Prepared:
+    """res (a timed file, hashed) with its timeline as its kind probes it from source (its
+    path, or its bytes for an in_memory kind), or the error that makes it a skip."""
     try:
-        info = kind.probe(found.path)
+        info = kind.probe(source)
     except VideoError as exc:
         res.error = str(exc)
         return res

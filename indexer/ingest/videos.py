@@ -14,6 +14,7 @@ video again and embeds only the frames whose time is not stored yet (``VideoJob.
 from __future__ import annotations
 
 import contextlib
+import io
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -55,6 +56,7 @@ class VideoJob:
     mtime_ns: int
     kind: MediaKind
     file_id: int | None = None
+    data: bytes | None = None  # its bytes, sampled in memory where there is no file (a tar member)
     have: set[float] = field(default_factory=set)
     frames: Iterator[Frame] | None = None
     sampling: FrameSource | None = None
@@ -100,7 +102,8 @@ def _next_chunk(job: VideoJob, spec: ImageInput, size: int) -> tuple[FrameChunk,
 def begin(job: VideoJob, settings: FrameSettings) -> None:
     """Start sampling job's file as its kind and settings say (its frames are decoded as they
     are read)."""
-    job.sampling = job.kind.sample(job.path, settings.every, settings.max_frames)
+    source = job.path if job.data is None else io.BytesIO(job.data)
+    job.sampling = job.kind.sample(source, settings.every, settings.max_frames)
     job.frames = iter(job.sampling)
 
 

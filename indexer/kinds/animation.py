@@ -12,15 +12,15 @@ over the whole length), and their hits fold into one per file with its moments.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 from PIL import Image, ImageSequence
 
 from wherein.indexer.imaging import MAX_PIXELS, to_rgb
-from wherein.indexer.kinds.base import FrameSource, MediaKind
+from wherein.indexer.kinds.base import FrameSource, MediaKind, Source
 from wherein.indexer.regular import NotRegular, open_regular_file
 from wherein.indexer.video.probe import VideoError, VideoInfo
 from wherein.indexer.video.sample import (
@@ -45,12 +45,12 @@ def _candidate(head: bytes) -> bool:
 
 
 @contextmanager
-def _opened(path: str | Path) -> Iterator[Image.Image]:
+def _opened(path: Source) -> Iterator[Image.Image]:
     """The file opened by Pillow; any failure is a VideoError with the reason."""
     try:
         # Pillow reads from the descriptor checked, never from the path again (a FIFO swapped
-        # in would block it).
-        with open_regular_file(path) as file, Image.open(file) as img:
+        # in would block it); bytes in memory (a tar member) as they are.
+        with _file(path) as file, Image.open(file) as img:
             if img.width * img.height > MAX_PIXELS:
                 raise VideoError(f"decompression bomb: {img.width}x{img.height} pixels")
             yield img
@@ -60,6 +60,12 @@ def _opened(path: str | Path) -> Iterator[Image.Image]:
         raise VideoError(str(exc.strerror)) from None
     except Exception as exc:  # noqa: BLE001 - decoder plugins raise many types
         raise VideoError(f"unreadable animation ({type(exc).__name__}: {exc})") from None
+
+
+def _file(path: Source) -> AbstractContextManager[BinaryIO]:
+    if isinstance(path, str | Path):
+        return open_regular_file(path)
+    return nullcontext(path)
 
 
 def _frames(img: Image.Image) -> Iterator[tuple[float, float, Image.Image]]:
@@ -89,7 +95,7 @@ def _timing(img: Image.Image) -> list[float]:
 class _Sampling:
     """An animation's sampled frames (see base.FrameSource), reduced to LONG_SIDE."""
 
-    def __init__(self, path: str | Path, every: float, max_frames: int) -> None:
+    def __init__(self, path: Source, every: float, max_frames: int) -> None:
         self.path, self.every, self.max_frames = path, every, max_frames
         self.damage: str | None = None
 
@@ -130,9 +136,10 @@ class Animation(MediaKind):
     item = "frame"
     timed = True
     plays = False  # shown frame by frame: the page's images are the frame at a moment
+    in_memory = True  # Pillow reads the bytes of a tar member as well as a file
     extensions = frozenset([".apng"])  # .gif/.webp/.png name photos until content says more
 
-    def sniff(self, head: bytes, path: str | Path | None) -> bool:
+    def sniff(self, head: bytes, path: Source | None) -> bool:
         if path is None or not _candidate(head):
             return False
         try:
@@ -141,7 +148,7 @@ class Animation(MediaKind):
         except Exception:  # noqa: BLE001 - not readable as one: the photo kind says why
             return False
 
-    def probe(self, path: str | Path) -> VideoInfo:
+    def probe(self, path: Source) -> VideoInfo:
         with _opened(path) as img:
             size, fmt = img.size, (img.format or "").lower()
             try:
@@ -152,7 +159,7 @@ class Animation(MediaKind):
         codec = "apng" if fmt == "png" else fmt
         return VideoInfo(duration, len(durations) / duration, *size, codec, 0, container=fmt)
 
-    def sample(self, path: str | Path, every: float, max_frames: int) -> FrameSource:
+    def sample(self, path: Source, every: float, max_frames: int) -> FrameSource:
         return _Sampling(path, every, max_frames)
 
     def image_at(self, path: str | Path, at: Locator) -> Image.Image:

@@ -11,7 +11,9 @@ nothing else:
   'frame'), read by ``probe`` (the file's timeline: duration, rate, size) and ``sample``
   (frames at least every ``--frame-every`` seconds, at most ``--max-frames``); the others
   yield what ``prepare`` makes of the file's bytes (a photo: one whole-image item; regions
-  add boxes).
+  add boxes). A timed kind that is ``in_memory`` (an animation) also probes and samples a
+  file's bytes (a ``Source`` opened in memory), so a member of a tar shard or a file at a
+  URL can be of that kind; one that is not (a video) is read from a local file only.
 - ``image_at(path, at)``: the pixels at a locator (a time, a box or the whole file), full
   size, as a viewer shows them: what masks, the web app and exports load.
 - how its items fold into one hit: a timed kind's frames fold into the hit's best frame,
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, BinaryIO, ClassVar, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -35,6 +37,10 @@ if TYPE_CHECKING:
     from wherein.schemas.models import ImageInput
 
 HEAD_BYTES = 64  # what the registry reads to sniff; enough for every signature here
+
+# What a kind reads a file from: its path, or its bytes opened in memory (io.BytesIO: a tar
+# member, a file at a URL), which only an ``in_memory`` kind is handed to probe and sample.
+Source: TypeAlias = str | Path | BinaryIO
 
 
 class FrameSource(Protocol):
@@ -56,12 +62,13 @@ class MediaKind:
     item: ClassVar[str] = "image"  # what its items are in the catalog (items.kind)
     timed: ClassVar[bool] = False  # items at times: hits carry time and moments
     plays: ClassVar[bool] = False  # a browser plays the file itself (served by HTTP range)
+    in_memory: ClassVar[bool] = False  # timed, and probe/sample read bytes in memory too
     extensions: ClassVar[frozenset[str]] = frozenset()  # names that hint at it
 
-    def sniff(self, head: bytes, path: str | Path | None) -> bool:
+    def sniff(self, head: bytes, path: Source | None) -> bool:
         """Whether the content is of this kind (head: the first bytes, at least HEAD_BYTES
-        unless the file is shorter; path: the file, to read more where head is not enough;
-        None: only head is there)."""
+        unless the file is shorter; path: the file (or its bytes in memory), to read more
+        where head is not enough; None: only head is there)."""
         raise NotImplementedError
 
     @property
@@ -87,12 +94,12 @@ class MediaKind:
         raise NotImplementedError(f"{self.name} is timed: probe and sample it")
 
     # -- timed kinds ----------------------------------------------------------------
-    def probe(self, path: str | Path) -> VideoInfo:
+    def probe(self, path: Source) -> VideoInfo:
         """The file's timeline (duration, rate, displayed size, codec, when and where);
         raises VideoError with the reason it is a skip."""
         raise NotImplementedError(f"{self.name} is not timed")
 
-    def sample(self, path: str | Path, every: float, max_frames: int) -> FrameSource:
+    def sample(self, path: Source, every: float, max_frames: int) -> FrameSource:
         """The frames to index: at least every `every` seconds (and at scene cuts), at most
         `max_frames`, spread over the whole file when it is longer; deterministic."""
         raise NotImplementedError(f"{self.name} is not timed")

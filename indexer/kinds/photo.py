@@ -20,7 +20,7 @@ from wherein.indexer.imaging import (
     decode,
     prepare,
 )
-from wherein.indexer.kinds.base import MediaKind
+from wherein.indexer.kinds.base import MediaKind, Source
 from wherein.indexer.photometa import photo_meta_from_bytes
 from wherein.indexer.regular import read_regular
 
@@ -67,7 +67,7 @@ class Photo(MediaKind):
     timed = False
     extensions = IMAGE_EXTENSIONS
 
-    def sniff(self, head: bytes, path: str | Path | None) -> bool:
+    def sniff(self, head: bytes, path: Source | None) -> bool:
         return image_signature(head)
 
     def prepare(

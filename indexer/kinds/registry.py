@@ -8,6 +8,7 @@ any still image, is last). Adding a kind is one module and one line here.
 
 - ``kind_of(path)``: what a file is, by content; the name decides only where no kind
   claims the content (a damaged ``.mp4`` is a video whose probe records why it is skipped).
+- ``kind_of_bytes(data)``: what bytes in hand are (a tar member, a file at a URL), by content.
 - ``kind_by_name(path)``: the hint a name gives (the walk, the watcher, tar members).
 - ``found_kind(path)``: the walk's test of one regular file (by name, else by content).
 - ``named(name)``: the kind a catalog row, a hit or ``--kind`` names; ``timed(name)`` and
@@ -17,12 +18,13 @@ any still image, is last). Adding a kind is one module and one line here.
 from __future__ import annotations
 
 import importlib
+import io
 import os
 from functools import cache
 from pathlib import Path
 
 from wherein.indexer import regular
-from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
+from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind, Source
 
 KIND_MODULES = {
     "video": "wherein.indexer.kinds.video",
@@ -86,7 +88,7 @@ def kind_by_name(path: str | Path) -> MediaKind | None:
     return next((k for k in kinds() if k.has_name(path)), None)
 
 
-def kind_by_content(path: str | Path | None, head: bytes) -> MediaKind | None:
+def kind_by_content(path: Source | None, head: bytes) -> MediaKind | None:
     """The first kind whose sniff claims these bytes (None: no kind does)."""
     return next((k for k in kinds() if k.sniff(head, path)), None)
 
@@ -97,6 +99,13 @@ def kind_of(path: str | Path, head: bytes | None = None) -> MediaKind:
     if head is None:
         head = read_head(path)
     return kind_by_content(path, head) or kind_by_name(path) or kinds()[-1]
+
+
+def kind_of_bytes(data: bytes) -> MediaKind:
+    """What bytes read whole are (a tar member, a file at a URL: no file to open), by
+    content; the last kind (a photo, whose decode says why it is no image) where none claims
+    them."""
+    return kind_by_content(io.BytesIO(data), data[:HEAD_BYTES]) or kinds()[-1]
 
 
 def found_kind(path: str | Path, only: tuple[str, ...] | None = None) -> MediaKind | None:

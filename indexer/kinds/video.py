@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wherein.indexer.kinds.base import FrameSource, MediaKind
+from wherein.indexer.kinds.base import FrameSource, MediaKind, Source
 from wherein.indexer.video.detect import VIDEO_EXTENSIONS, sniff
 
 if TYPE_CHECKING:
@@ -29,23 +29,32 @@ class Video(MediaKind):
     plays = True
     extensions = VIDEO_EXTENSIONS
 
-    def sniff(self, head: bytes, path: str | Path | None) -> bool:
+    def sniff(self, head: bytes, path: Source | None) -> bool:
         return sniff(head) is not None
 
-    def probe(self, path: str | Path) -> VideoInfo:
+    def probe(self, path: Source) -> VideoInfo:
         from wherein.indexer.video.probe import probe
 
-        return probe(path)
+        return probe(_file(path))
 
-    def sample(self, path: str | Path, every: float, max_frames: int) -> FrameSource:
+    def sample(self, path: Source, every: float, max_frames: int) -> FrameSource:
         from wherein.indexer.video.sample import Sampling
 
-        return Sampling(path, every=every, max_frames=max_frames)
+        return Sampling(_file(path), every=every, max_frames=max_frames)
 
     def image_at(self, path: str | Path, at: Locator) -> Image.Image:
         from wherein.indexer.video.sample import frame_at
 
         return frame_at(path, at.t or 0.0).image()
+
+
+def _file(path: Source) -> str | Path:
+    """A video is read from a local file (in_memory is False: no caller hands it bytes)."""
+    if not isinstance(path, str | Path):
+        from wherein.indexer.video.probe import VideoError
+
+        raise VideoError("a video is read from a file, not from bytes in memory")
+    return path
 
 
 KIND = Video()

@@ -204,7 +204,8 @@ class _LocalRun:
 
     def route(self, t: tuple, res: Prepared) -> Step:
         if res.video is not None and not res.error:
-            job = VideoJob(t[2], res.size, res.mtime_ns, named(res.kind))
+            job = VideoJob(t[2], res.size, res.mtime_ns, named(res.kind), data=res.data)
+            res.data = None  # the job holds the bytes of a tar member's animation until sampled
             self.videos[id(job)] = (t, res, [], [])
             self.feed.start(job)
             return Step(None)  # nothing to write until its frames are in

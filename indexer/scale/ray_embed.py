@@ -87,7 +87,8 @@ def decode_batch(batch: dict, draft: bool, spec: ImageInput, frames: FrameSettin
         if res.video is None or res.error:
             _put(out, batch, j, res, res.pixels, {"kind": "image"})
             continue
-        job = VideoJob(uri, res.size, res.mtime_ns, named(res.kind))
+        job = VideoJob(uri, res.size, res.mtime_ns, named(res.kind), data=res.data)
+        res.data = None  # the job holds the bytes of a tar member's animation until sampled
         v = res.video
         item = {"kind": "frame", "duration": v.duration, "fps": v.fps, "codec": v.codec,
                 "rotation": v.rotation, "frames": -1, "media": res.kind}  # fmt: skip

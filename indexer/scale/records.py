@@ -2,18 +2,23 @@
 
 A local file of a timed kind (a video; its kind by content, indexer/kinds) is hashed and
 probed as the index run's loader does (ingest/read.load_timed); its frames are sampled
-afterwards, by the engine. An item read from an offset or a remote store is a photo.
+afterwards, by the engine. An item read from an offset (a tar member) or a remote store is
+what its content is too: a photo, or a file of a timed kind that is sampled in memory (an
+animated GIF: probed here, its bytes kept for the engine to sample); a kind read only from
+a file (a video) is a failed item that says so.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 
 from wherein.indexer.imaging import JPEG_DRAFT, Prepared, read_error
-from wherein.indexer.ingest.read import Unsettled, load_timed
+from wherein.indexer.ingest.read import Unsettled, load_timed, probed
 from wherein.indexer.ingest.walk import FoundFile
 from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
-from wherein.indexer.kinds.registry import kind_by_name, kind_of, named
+from wherein.indexer.kinds.registry import kind_by_name, kind_of, kind_of_bytes
 from wherein.indexer.scale.sources import local_path, read_item
 from wherein.schemas.models import ImageInput
 
@@ -45,9 +50,26 @@ def load(
         return Prepared(error=read_error(exc))
     except Exception as exc:  # remote filesystems raise their own types
         return Prepared(error=f"cannot read: {type(exc).__name__}: {exc}")
-    if path is None:  # only a local file can be timed (its frames are decoded from the file)
-        return named("photo").prepare(data, spec, draft, mtime_ns)
+    if path is None:  # a tar member or a remote file: no file to open, its bytes in hand
+        return _in_memory(data, spec, draft, mtime_ns)
     kind = kind_of(path, data[:HEAD_BYTES])
     if kind.timed:  # a clip or an animation named as a photo
         return _timed(path, kind)
     return kind.prepare(data, spec, draft, mtime_ns)
+
+
+def _in_memory(data: bytes, spec: ImageInput, draft: bool, mtime_ns: int) -> Prepared:
+    """Bytes with no local file (a tar member, a remote file), by their content."""
+    kind = kind_of_bytes(data)
+    if not kind.timed:
+        return kind.prepare(data, spec, draft, mtime_ns)
+    sha256 = hashlib.sha256(data).hexdigest()
+    res = Prepared(size=len(data), mtime_ns=mtime_ns, sha256=sha256, kind=kind.name)
+    if not kind.in_memory:
+        res.error = (
+            f"{kind.a} in a tar shard or at a URL is not sampled: its frames are read from "
+            "a file (embed the file itself)"
+        )
+        return res
+    res.data = data
+    return probed(res, kind, io.BytesIO(data))

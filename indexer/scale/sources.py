@@ -22,11 +22,13 @@ from wherein.schemas.errors import WhereinError
 TAR_SEP = "#"  # "/data/shard-0001.tar#000123.jpg"
 LIST_COLUMNS = ("uri", "url", "path", "file", "filename")
 # Folders give files of every kind (a timed file's sampled frames are rows of the shards);
-# tar members are of untimed kinds only: frames are decoded from a local file, not an offset.
+# tar members are named as a kind read from bytes in memory (a photo, an animation), not as
+# a kind whose frames are decoded from a local file only (a video). Their content decides
+# what each is (scale/records.py).
 
 
-def _untimed_name(name: str) -> bool:
-    return any(not k.timed and k.has_name(name) for k in kinds())
+def _member_name(name: str) -> bool:
+    return any((not k.timed or k.in_memory) and k.has_name(name) for k in kinds())
 
 
 class SourceError(WhereinError):
@@ -79,7 +81,7 @@ def tar_items(path: str) -> list[Item]:
             return [
                 Item(f"{path}{TAR_SEP}{m.name}", m.offset_data, m.size)
                 for m in tf
-                if m.isfile() and _untimed_name(m.name)
+                if m.isfile() and _member_name(m.name)
             ]
     except (tarfile.TarError, OSError) as exc:
         raise SourceError(

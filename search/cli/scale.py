@@ -80,8 +80,9 @@ def embed(
     fmt,
 ):
     """Embed images and videos from SOURCES into parquet shards: folders, .txt/.parquet lists
-    of paths or URIs, and uncompressed webdataset .tar shards (photos only). A video's
-    sampled frames are rows of their own (--frame-every, --max-frames as for `index`)."""
+    of paths or URIs, and uncompressed webdataset .tar shards (photos and animations: videos
+    are read from files). A video's or an animation's sampled frames are rows of their own
+    (--frame-every, --max-frames as for `index`)."""
     from wherein.search.service import scale as S
     from wherein.search.service.feedback import Feedback
 
