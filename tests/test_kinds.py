@@ -81,16 +81,18 @@ def test_a_jpeg_named_mp4_is_served_as_an_image_not_a_video(env, shapes):
 
 
 def test_status_counts_the_files_of_each_kind(env, shapes):
-    """Photos (6 shapes), one video and one animation: each counted as its own kind, in the
-    text and in --json, and an animation is not counted as a video."""
+    """Photos (6 shapes), one video and one animation: index says what it sampled of each
+    kind, status counts each kind in its text and --json; an animation is not a video."""
     write_video(shapes / "clips" / "clip.mp4", lambda t: solid(RED), seconds=4, fps=5)
     animated(shapes / "moving" / "anim.gif", "GIF")
-    r = json.loads(run("index", shapes, "-q", "--json").stdout)
+    summary = run("index", shapes).stdout
+    assert "; 1 animation, 1 video sampled (" in summary, summary
     info = json.loads(run("status", "--json").stdout)
     kinds = info["kinds"]
     assert {k: c["files"] for k, c in kinds.items()} == {"photo": 6, "video": 1, "animation": 1}
     assert kinds["video"]["frames"] >= 2 and kinds["animation"]["frames"] >= 2
-    assert kinds["video"]["frames"] + kinds["animation"]["frames"] == r["frames"]
+    frames = kinds["video"]["frames"] + kinds["animation"]["frames"]
+    assert f"sampled ({frames} frames embedded)" in summary
     assert (info["videos"], info["frames"]) == (1, kinds["video"]["frames"])
     table = run("status").stdout.splitlines()
     assert "photos     6" in table
@@ -129,5 +131,5 @@ def test_a_rebuilt_catalog_keeps_each_files_kind_and_frames(env, shapes):
         conn.execute("DELETE FROM items WHERE id = ?", (lost,))
     conn.close()
     out = json.loads(run("index", shapes, "--rebuild-catalog", "-q", "--json").stdout)
-    assert (out["embedded"], out["videos"], out["frames"]) == (1, 1, 1), out  # the video alone
+    assert (out["embedded"], out["sampled"], out["frames"]) == (1, {"video": 1}, 1), out
     assert json.loads(run("status", "--json").stdout)["kinds"] == before

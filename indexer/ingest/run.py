@@ -50,8 +50,9 @@ class RunStats:
     invalidated: int = 0
     regions: int = 0  # region items embedded this run (photos cut into tiles)
     tiled: int = 0  # photos embedded before regions were on, cut this run
-    videos: int = 0  # videos whose frames were sampled to their end this run
-    frames: int = 0  # video frames embedded this run
+    # Files of each timed kind (a video, an animation) sampled to their end this run
+    sampled: dict[str, int] = field(default_factory=dict)
+    frames: int = 0  # their frames embedded this run
     damage: list[tuple[str, str]] = field(default_factory=list)  # (path, why the rest was skipped)
     seconds: float = 0.0
     interrupted: bool = False
@@ -104,7 +105,8 @@ class RunStats:
             "photo_metadata_read": self.photos,
             "regions": self.regions,
             "photos_cut": self.tiled,
-            "videos": self.videos,
+            "videos": self.sampled.get("video", 0),
+            "sampled": dict(self.sampled),
             "frames": self.frames,
             "video_damage": [{"path": p, "damage": d} for p, d in self.damage],
         }
@@ -222,7 +224,8 @@ class _Run:
         if chunk.error is not None:  # counted as embedded when its row went in
             st.embedded, st.skipped = st.embedded - 1, st.skipped + 1
         elif chunk.last:
-            st.videos += 1
+            kind = chunk.job.kind.name
+            st.sampled[kind] = st.sampled.get(kind, 0) + 1
             if chunk.damage:
                 st.damage.append((chunk.job.path, chunk.damage))
 

@@ -180,9 +180,11 @@ def _summary(stats, total: int) -> str:
     parts = [f"{n} {_COUNT_WORDS[k]}" for k, n in counts.items() if n or k == "embedded"]
     gone = f"; {stats.deleted} removed (gone from disk)" if stats.deleted else ""
     videos = ""
-    if stats.videos or stats.frames:
-        sampled = "1 video" if stats.videos == 1 else f"{stats.videos} videos"
-        videos = f"; {sampled} sampled ({stats.frames} frames embedded)"
+    if stats.sampled or stats.frames:
+        sampled = ", ".join(
+            f"{n} {k}{'' if n == 1 else 's'}" for k, n in sorted(stats.sampled.items())
+        )
+        videos = f"; {sampled or 'nothing'} sampled ({stats.frames} frames embedded)"
     regions = ""
     if stats.regions or stats.tiled:
         cut = f", {stats.tiled} indexed earlier cut now" if stats.tiled else ""
