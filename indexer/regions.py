@@ -28,7 +28,10 @@ The budget is what `--regions` costs: the real tower's run per region dominates 
 plain run pays one tower run and a reduced decode a photo, so 2 regions keep a photo busy all
 over within 3x a plain run (bench/results/regions.md). On such a photo 2 tiles of 2304 px
 see a small thing hardly better than the whole view, with 4 or with 2 (the same
-bench measures it): the regions pay off where a photo is plain around small things.
+bench measures it): the regions pay off where a photo is plain around small things. Marking
+only the detail the whole view loses (what is left after its 224-px scale) instead of any
+detail marked the same tiles on the bench's photos: a thing's edges are detail at every
+scale, so the busy map stays the plain standard deviation.
 
 Flatness is measured on the decoded image the whole photo's input comes from (one decode);
 the tiles' pixels come from that decode too when it is fine enough for the level chosen,
