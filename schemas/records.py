@@ -76,7 +76,14 @@ HIT_KINDS = {"image": "photo", "region": "photo", "frame": "video"}
 # The fields of one of a video hit's moments, in this order.
 MOMENT_FIELDS = ("start", "end", "time", "score", "probability")
 # Present only when set (masks).
-HIT_MASK_FIELDS = ("mask_path", "overlay_path", "bbox", "mask_area", "mask_score")
+HIT_MASK_FIELDS = (
+    "mask_path",
+    "overlay_path",
+    "bbox",
+    "mask_area",
+    "mask_score",
+    "mask_skipped",
+)
 
 
 def path_b64(path: str) -> str | None:
@@ -186,6 +193,7 @@ class Hit:
     bbox: dict[str, Any] | None = None  # e.g. {"largest": [x0,y0,x1,y1], "union": [x0,y0,x1,y1]}
     mask_area: float | None = None  # fraction of the image covered by the mask
     mask_score: float | None = None
+    mask_skipped: str | None = None  # why a mask asked for was not made (the file unreadable)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

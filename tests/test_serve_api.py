@@ -258,12 +258,20 @@ def test_same_size_and_time_but_other_content_is_refused(own):
     assert_error(own.get(f"/api/thumb/{blue}"), 409, "content differs")
 
 
-def test_a_fifo_in_place_of_the_file_does_not_hang(own):
+@pytest.mark.parametrize("special", ["fifo", "dev-zero"])
+def test_a_special_file_in_place_of_the_file_is_a_json_error(own, special):
     green = own.ids["green.bmp"]
     path = own.photos / "green.bmp"
     path.unlink()
-    os.mkfifo(path)
-    assert_error(own.get(f"/api/thumb/{green}"), 409, "regular file")
+    os.mkfifo(path) if special == "fifo" else path.symlink_to("/dev/zero")
+    for url in (
+        f"/api/thumb/{green}",
+        f"/api/image/{green}",
+        f"/api/mask/{green}?prompt=green",
+        f"/api/mask/{green}/overlay?prompt=green",
+        f"/api/mask/{green}/mask?prompt=green",
+    ):
+        assert_error(own.get(url), 409, "no longer a regular file")
 
 
 def test_a_deleted_file_is_404(own):

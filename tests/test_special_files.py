@@ -14,8 +14,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import jsonschema
 import pytest
 from launch import python_argv
+
+from wherein.schemas.records import HIT_SCHEMA_PATH
 
 MEMORY_LIMIT = 3 << 30  # bytes of data a child may hold: ample for a search, not for /dev/zero
 TIMEOUT = 120
@@ -113,6 +116,35 @@ def test_search_mask_on_a_hit_that_became_special_skips_that_mask(env, shapes, t
     assert by_path[str(victim)].get("mask_path") is None  # its mask is skipped...
     assert any(h.get("mask_path") for h in hits)  # ...the other hits get theirs
     assert not [p for p in out.iterdir() if "red_square" in p.name]
+    # ...and said so: on the hit, and in one line on standard error.
+    kind = "a FIFO" if special == "fifo" else "a character device"
+    why = f"cannot read: not a regular file ({kind}); never read"
+    assert by_path[str(victim)]["mask_skipped"] == why
+    assert f"warning: no mask for {victim}: {why}" in proc.stderr.splitlines()
+    assert not [h for h in hits if h.get("mask_skipped") and h["path"] != str(victim)]
+    schema = json.loads(HIT_SCHEMA_PATH.read_text())
+    for h in hits:
+        jsonschema.validate(h, schema)
+
+
+def test_select_mask_on_a_hit_that_became_special_says_so(env, shapes, tmp_path):
+    assert wherein("index", shapes, "--index", env["index"], "-q").returncode == 0
+    victim = shapes / "red_disc.png"
+    victim.unlink()
+    fifo(victim)
+    out, export = tmp_path / "masks", tmp_path / "red.jsonl"
+    args = ("select", "red", "-p", "0.5", "--mask", "--out", out, "--export", export)
+    proc = wherein(*args, "--json", "--index", env["index"])
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    why = "cannot read: not a regular file (a FIFO); never read"
+    warning = f"no mask for {victim}: {why}"
+    assert f"warning: {warning}" in proc.stderr.splitlines()
+    printed = {h["path"]: h for h in json.loads(proc.stdout)}
+    rows = {r["path"]: r for r in map(json.loads, export.read_text().splitlines())}
+    for hits in (printed, rows):
+        assert hits[str(victim)]["mask_skipped"] == why and "mask_path" not in hits[str(victim)]
+        assert hits[str(shapes / "red_square.jpg")]["mask_path"]
 
 
 @pytest.fixture(autouse=True)

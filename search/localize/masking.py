@@ -666,7 +666,8 @@ def add_masks_to_hits(
     the photo's size; the overlay is a preview (long side <= PREVIEW_MAX_SIDE)
     unless full_size_overlays. With min_mask_area, hits whose mask covers less
     are dropped and get no files; a hit whose file cannot be decoded any more
-    keeps None mask fields (and is dropped when min_mask_area is set). The
+    keeps None mask fields, says why in mask_skipped, and on_error(hit, why) is told in
+    the hits' order (such a hit is dropped when min_mask_area is set). The
     prompt's cond is computed once and vision passes are reused across calls
     (`see`), and kept on disk in `store` when given; masks run in a long-lived thread pool (its threads keep their
     interpreters between searches), workers x interpreter threads ~ cores.
@@ -687,18 +688,19 @@ def add_masks_to_hits(
         time = hit_time(hit)  # a video hit: its best frame
         content = indexed_content(hit) if time is not None else None
         try:
-            seen = see(model, path, store, time, content)
-        except DecodeError as exc:
-            if on_error is not None:
-                on_error(hit, str(exc))
-            return dict.fromkeys(HIT_MASK_FIELDS)
+            return _mask_one(hit, path, time, content)
+        except DecodeError as exc:  # the file, read again, is no longer an image we can read
+            return {**dict.fromkeys(HIT_MASK_FIELDS), "mask_skipped": str(exc)}
+
+    def _mask_one(hit: Any, path: Path, time: float | None, content: str | None) -> dict:
+        seen = see(model, path, store, time, content)
         res = mask_of(
             model,
             prompt,
             seen.features,
             seen.size,
             cond,
-            image_loader(path, time),
+            image_loader(path, time),  # the refinement's crops: read again, may fail too
             hit_region(hit),
             crops=crop_passes(model, seen, store),
         )
@@ -721,6 +723,8 @@ def add_masks_to_hits(
         values = [f.result() for f in futures]
     out = []
     for hit, v in zip(hits, values, strict=True):
+        if v.get("mask_skipped") and on_error is not None:
+            on_error(hit, v["mask_skipped"])  # in rank order, whichever thread masked it
         if min_mask_area is not None and (v["mask_area"] is None or v["mask_area"] < min_mask_area):
             continue
         out.append(with_fields(hit, v))

@@ -162,10 +162,14 @@ def select(req: SelectRequest, feedback: Feedback = QUIET) -> SelectResult:
     placements = S.plan(hits, dest, "flat" if req.flat else "tree") if dest else []
     prompt = q.mask_prompt() if req.mask else None
     if prompt:
+        skipped: list[str] = []
         result.hits, result.mask = req.engine.run(
-            local=lambda: _masks_here(req, hits, prompt, models_root, index_root),
+            local=lambda: _masks_here(req, hits, prompt, models_root, index_root, skipped),
             ray=lambda: _masks_on_ray(req, hits, prompt, models_root, labels, feedback),
         )
+        for warning in skipped:  # hits whose file could not be read any more: no mask
+            feedback.say(f"warning: {warning}")
+        result.warnings += skipped
     if result.interrupted:
         return result  # nothing exported, nothing copied: a re-run resumes
     if req.export_path and result.mask and result.mask.engine == "ray":
@@ -200,9 +204,10 @@ def _stored_labels(searcher, hits):
     return best_labels(searcher.store.catalog, [h.id for h in hits])
 
 
-def _masks_here(req: SelectRequest, hits, prompt, models_root, index_root):
+def _masks_here(req: SelectRequest, hits, prompt, models_root, index_root, skipped: list[str]):
     """A mask PNG and overlay per hit in req.out_dir (never inside the index folder); the
-    vision passes kept in the index."""
+    vision passes kept in the index. skipped: a warning per hit whose file could not be
+    read any more."""
     from wherein.indexer.outputs import refuse_in_index
     from wherein.search.cache.vision_store import VisionStore
     from wherein.search.service.mask import MaskSession
@@ -211,7 +216,7 @@ def _masks_here(req: SelectRequest, hits, prompt, models_root, index_root):
     out = req.out_dir or DEFAULT_MASK_DIR
     refuse_in_index(out, index_root)
     session = MaskSession(models_root, store=VisionStore.in_index(Path(index_root)))
-    hits = session.add_masks(hits, prompt, out)
+    hits = session.add_masks(hits, prompt, out, skipped=skipped)
     return hits, MaskStep(prompt, "local", out, sum(1 for h in hits if h.mask_path))
 
 

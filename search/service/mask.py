@@ -279,10 +279,17 @@ class MaskSession:
         min_area: float | None = None,
         *,
         full_size_overlays: bool = False,
+        skipped: list[str] | None = None,
     ) -> list:
         """Every hit with its mask fields, files in out_dir (see masking.add_masks_to_hits);
-        masks run on the masking module's long-lived pool, sized to the hits."""
+        masks run on the masking module's long-lived pool, sized to the hits. A hit whose
+        file can no longer be read gets no mask, and its mask_skipped says why; skipped
+        (when given) gets a warning line for each, in rank order."""
         from wherein.search.localize.masking import add_masks_to_hits
+
+        def skip(hit, why: str) -> None:
+            if skipped is not None:
+                skipped.append(f"no mask for {hit.path}: {why}")
 
         return add_masks_to_hits(
             hits,
@@ -290,6 +297,7 @@ class MaskSession:
             out_dir,
             self.models_root,
             min_area,
+            on_error=skip,
             full_size_overlays=full_size_overlays,
             store=self.store,
         )

@@ -147,7 +147,7 @@ def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
         labels = best_labels(searcher.store.catalog, [h.id for h in hits])
     if request.mask is not None:
         assert prompt is not None  # _mask_prompt refuses a mask with nothing to segment
-        hits = _masks(searcher, hits, prompt, request.mask)
+        hits = _masks(searcher, hits, prompt, request.mask, warnings)
     exported = None
     if request.export is not None:
         from wherein.search.export.hits import write_export
@@ -176,14 +176,23 @@ def models_used(searcher: Searcher) -> dict[str, Any]:
     }
 
 
-def _masks(searcher: Searcher, hits: list[Hit], prompt: str, mask: MaskRequest) -> list[Hit]:
+def _masks(
+    searcher: Searcher, hits: list[Hit], prompt: str, mask: MaskRequest, warnings: list[str]
+) -> list[Hit]:
+    """The hits with their masks; a hit whose file cannot be read any more gets none, and
+    a warning naming it joins warnings."""
     from wherein.search.cache.vision_store import VisionStore
     from wherein.search.service.mask import MaskSession
 
     # The index's vision store: another prompt on these hits later runs only the decoder.
     session = MaskSession(searcher.models.root, store=VisionStore.in_index(searcher.store.dir))
     return session.add_masks(
-        hits, prompt, mask.out_dir, mask.min_area, full_size_overlays=mask.full_size_overlays
+        hits,
+        prompt,
+        mask.out_dir,
+        mask.min_area,
+        full_size_overlays=mask.full_size_overlays,
+        skipped=warnings,
     )
 
 
