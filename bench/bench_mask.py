@@ -254,18 +254,26 @@ def bench_hits(models_root: Path, photos: list[Path], ks: list[int], reps: int) 
     return lines + [""]
 
 
+FORCED_THING = 200  # px: the side of the small thing a forced refinement crops around
+
+
 def bench_refinement(models_root: Path, photos: list[Path], k: int, reps: int) -> list[str]:
-    """k hits through `add_masks_to_hits` with the coarse-to-fine refinement (the default) and
-    with the whole pass only (what the mask was before it): wall, CPU and the vision passes
-    each ran (the bench photos hold red ellipses of 300-1200 px: the small ones get crops)."""
+    """What the coarse-to-fine refinement adds to k masks (`add_masks_to_hits`, as `search
+    --mask` runs them, with INDEX/cache/vision; memory cache empty): the whole pass only,
+    then the refinement as the map triggers it, then forced to one crop per hit (a small
+    thing of FORCED_THING px at the photo's centre: the cost of each hit holding one), then
+    another prompt on those hits in a new process (whole and crop passes on disk). The
+    vision passes are counted; passes added per hit and the wall and CPU ms per added pass
+    are against the whole pass only."""
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.models.registry import load_segmenter
-    from wherein.search.localize import masking
+    from wherein.search.cache.vision_store import VISION_DIR, VisionStore
+    from wherein.search.localize import masking, refine
     from wherein.search.localize.masking import add_masks_to_hits, plan_parallelism
 
     hits = _hits(photos, k)
-    _, threads = plan_parallelism(k)
-    model = load_segmenter(ModelDir(models_root), threads, cached=True)
+    workers, threads = plan_parallelism(k)
+    model = load_segmenter(ModelDir(models_root), threads, cached=True)  # add_masks_to_hits'
     passes = [0]
     run_pass = model.image_features
 
@@ -274,36 +282,71 @@ def bench_refinement(models_root: Path, photos: list[Path], k: int, reps: int) -
         return run_pass(image)
 
     model.image_features = counted  # this bench's model only: every pass, whole or crop
-    loader = masking.image_loader
-    rows = []
+    loader, small = masking.image_loader, refine.small_boxes
+
+    def forced(prob, size, limit=refine.MAX_CROPS):
+        w, h, half = size[0], size[1], FORCED_THING // 2
+        return [(w // 2 - half, h // 2 - half, w // 2 + half, h // 2 + half)]
+
+    cases = [
+        ("whole pass only (no refinement: the mask before issue 27)", False, small, False),
+        ("coarse to fine, as each hit's map triggers it", True, small, False),
+        (f"coarse to fine, forced to one crop per hit (a {FORCED_THING}-px thing)", True,
+         forced, False),
+        ("the same hits, another prompt in a new process (whole and crop passes on disk)", True,
+         forced, True),
+    ]  # fmt: skip
     add_masks_to_hits(hits[:1], "a red ball", Path(tempfile.mkdtemp()), models_root)  # warm
-    for name, refine in (("whole pass only (before)", False), ("coarse to fine (now)", True)):
+    for p in ("a red ball", *(f"a blue ball {i}" for i in range(reps))):
+        model.encode_prompt(p)  # steady state: the text graph ran once per prompt
+    rows, base = [], None
+    for name, refined, boxes, again in cases:
         # The whole pass alone: no image to crop from, so mask_of refines nothing.
-        masking.image_loader = loader if refine else (lambda *_a, **_k: None)  # type: ignore[assignment]
+        masking.image_loader = loader if refined else (lambda *_a, **_k: None)  # type: ignore[assignment]
+        refine.small_boxes = boxes  # type: ignore[assignment]
         walls, cpus, counts = [], [], []
-        for _ in range(reps):
-            masking._CACHES.pop(model, None)  # a fresh process's cache: every vision pass runs
-            passes[0] = 0
+        for i in range(reps):
             with tempfile.TemporaryDirectory() as tmp:
+                store = Path(tmp) / "cache" / VISION_DIR
+                prompt = "a red ball"
+                if again:  # the first prompt, untimed, fills the store
+                    masking._CACHES.pop(model, None)
+                    add_masks_to_hits(hits, prompt, Path(tmp) / "1", models_root,
+                                      store=VisionStore(store))  # fmt: skip
+                    prompt = f"a blue ball {i}"
+                masking._CACHES.pop(model, None)  # a fresh process's cache
+                passes[0] = 0
                 wall, cpu, out = _timed(
-                    lambda t=tmp: add_masks_to_hits(hits, "a red ball", Path(t), models_root)
+                    lambda t=tmp, p=prompt, s=store: add_masks_to_hits(
+                        hits, p, Path(t) / "2", models_root, store=VisionStore(s)
+                    )
                 )
-            assert len(out) == k
+            assert len(out) == k and all(h.mask_path for h in out)
             walls.append(wall)
             cpus.append(cpu)
             counts.append(passes[0])
-        rows.append(
-            f"| {name} | {statistics.median(walls):.2f} | {statistics.median(cpus):.2f} | "
-            f"{statistics.median(counts):.0f} |"
+        w, c, n = (statistics.median(x) for x in (walls, cpus, counts))
+        if base is None:
+            base = (w, c, n)
+        added = n - base[2]
+        per = (
+            f"{added / k:+.1f} | {1000 * (w - base[0]) / added:.0f} | "
+            f"{1000 * (c - base[1]) / added:.0f}"
+            if added > 0 and not again
+            else "– | – | –"
         )
-    masking.image_loader = loader
+        rows.append(f"| {name} | {w:.2f} | {c:.2f} | {n:.0f} | {per} |")
+    masking.image_loader, refine.small_boxes = loader, small
     del model.image_features
     return [
-        f"{k} hits (`add_masks_to_hits`, vision cache empty) with the small regions refined on "
-        "crops (refine.py) and with the whole pass only:",
+        f"{k} masks on {k} 12-MP hits (`add_masks_to_hits` as `search --mask` runs them: "
+        f"{workers} workers x {threads} interpreter threads, vision passes kept in "
+        "INDEX/cache/vision, memory cache empty), median of "
+        f"{reps}; the refinement's cost against the whole pass only:",
         "",
-        "| masks | wall s | CPU s | vision passes |",
-        "|---|---:|---:|---:|",
+        "| masks | wall s | CPU s | vision passes | passes added per hit | wall ms per added "
+        "pass | CPU ms per added pass |",
+        "|---|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
     ]
@@ -616,6 +659,9 @@ def section(label: str, models_root: Path, standin: Path, args, photos) -> list[
     combo = combined_models(args.work, standin, models_root, models_root.name)
     if args.only == "refine":
         return lines + bench_refinement(models_root, photos, args.k, args.reps)
+    if args.only == "cost":  # the per-hit split and what the refinement adds to k masks
+        lines += bench_steps(models_root, photos, args.reps)
+        return lines + bench_refinement(models_root, photos, args.k, args.reps)
     if args.only != "web":
         lines += bench_steps(models_root, photos, args.reps)
         lines += bench_hits(models_root, photos, [1, args.k], args.reps)
@@ -625,6 +671,21 @@ def section(label: str, models_root: Path, standin: Path, args, photos) -> list[
         bench_cli_index(args.work, combo, photos)
     lines += bench_web(args.work, combo, photos, args.reps)
     return lines
+
+
+def cpu_name() -> str:
+    """The CPU's model name, and whether it has int8 dot-product instructions (where the
+    int8 vision graph pays)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine()
+    name = next(
+        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")),
+        platform.machine(),
+    )
+    isa = [f for f in ("avx512_vnni", "avx_vnni") if f in info.split()]
+    return f"{name} ({', '.join(isa)})" if isa else f"{name} (no VNNI)"
 
 
 def main() -> None:
@@ -640,9 +701,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument(
         "--only",
-        choices=["web", "refine"],
+        choices=["web", "refine", "cost"],
         default=None,
-        help="Only the `wherein serve` rows, or only the refinement's (with and without it).",
+        help="Only the `wherein serve` rows, only the refinement's (with and without it), or "
+        "the per-hit split and the refinement's rows.",
+    )
+    ap.add_argument(
+        "--models",
+        default="standin,fp32,int8",
+        help="Which sections: a comma list of standin, fp32, int8 (fp32 and int8 need --full).",
     )
     args = ap.parse_args()
 
@@ -652,32 +719,40 @@ def main() -> None:
     photos = make_photos(args.work / "photos", args.k)
     standin = build_standin_models(args.work / "standin-models")
     load = os.getloadavg()[0]
+    cpu0 = time.process_time()
     lines = [
         "# CLIPSeg mask cost",
         "",
         f"Command: `python bench/bench_mask.py{' --full' if args.full else ''} --reps {args.reps} "
-        f"--k {args.k}{f' --only {args.only}' if args.only else ''}`",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python "
+        f"--k {args.k}{f' --only {args.only}' if args.only else ''}"
+        f"{f' --models {args.models}' if args.models != 'standin,fp32,int8' else ''}`",
+        f"Machine: {cpu_name()}, {os.cpu_count()} cores (shared), Python "
         f"{platform.python_version()}.",
         f"Photos: {args.k} synthetic {PHOTO_SIZE[0]}x{PHOTO_SIZE[1]} JPEGs.",
         f"Load average at start: {load:.1f} (other jobs share the cores: CPU ms is the steadier "
         "figure; wall ms is what a user waits under that load).",
         "",
     ]
-    lines += section("Stand-in graphs (host pipeline cost)", standin, standin, args, photos)
+    wanted = set(args.models.split(","))
+    if "standin" in wanted:
+        lines += section("Stand-in graphs (host pipeline cost)", standin, standin, args, photos)
     if args.full:
         full = build_full(args.work)
-        lines += section(
-            "Full-size CLIPSeg rd64-refined, random weights, fp32 LiteRT (litert-torch)",
-            full, standin, args, photos,
-        )  # fmt: skip
-        int8 = build_int8(args.work, full)
+        if "fp32" in wanted:
+            lines += section(
+                "Full-size CLIPSeg rd64-refined, random weights, fp32 LiteRT (litert-torch)",
+                full, standin, args, photos,
+            )  # fmt: skip
+        int8 = build_int8(args.work, full) if "int8" in wanted else None
         if int8 is not None:
             lines += section(
                 "Same after `models optimize`: int8 vision graph, 16-position text graph",
                 int8, standin, args, photos,
             )  # fmt: skip
-    lines.append(f"Load average at the end: {os.getloadavg()[0]:.1f}.")
+    lines.append(
+        f"Load average at the end: {os.getloadavg()[0]:.1f}; this process's CPU time over the "
+        f"run: {time.process_time() - cpu0:.0f} s."
+    )
     lines.append("")
     lines += NOTES
     text = "\n".join(lines)
