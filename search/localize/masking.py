@@ -96,13 +96,7 @@ class MaskResult:
         """Stretch a 352x352 probability map back to size=(W, H): the input was squashed, so no aspect fix."""
         prob = np.asarray(prob, dtype=np.float32)
         size = (int(size[0]), int(size[1]))
-        if enlarges(prob.shape, size):
-            th = threshold_runs(prob, size, threshold)
-            runs, total = th.runs, th.inside_sum
-        else:  # a side under 352: the map shrinks (antialiased), and is small anyway
-            soft = stretch(prob, size)
-            mask = soft > threshold
-            runs, total = Runs.of_mask(mask), float(soft[mask].sum(dtype=np.float64))
+        runs, total = measured_runs(prob, size, threshold)
         return cls(prompt, prob, size, runs, total, regions_of_runs(runs), threshold)
 
     @classmethod
@@ -117,28 +111,27 @@ class MaskResult:
         """The whole pass's map (`prob`) with the crops' maps merged in at the photo's size:
         each pixel takes the finest pass over it (a higher level; a crop over the whole pass).
         Runs, regions, area and score are the merged mask's."""
-        whole = cls.from_probability(prompt, prob, size, threshold)
         if not refinements:
-            return whole
+            return cls.from_probability(prompt, prob, size, threshold)
+        prob = np.asarray(prob, dtype=np.float32)
+        size = (int(size[0]), int(size[1]))
         layers = sorted(refinements, key=lambda r: r.level)
         parts: list[Runs] = []
         total = 0.0
+        # Each layer's runs only: regions are labelled once, on the merged mask.
         for i, layer in enumerate([None, *layers]):
             above = [r.box for r in layers[i:] if layer is None or r.level > layer.level]
             if layer is None:
-                source, runs, inside, (dx, dy) = prob, whole.runs, whole.inside_sum, (0, 0)
+                source, (dx, dy) = prob, (0, 0)
             else:
-                own = cls.from_probability(prompt, layer.prob, layer.size, threshold)
-                source, runs, inside = layer.prob, own.runs, own.inside_sum
-                dx, dy = layer.box[0], layer.box[1]
+                source, (dx, dy) = layer.prob, (layer.box[0], layer.box[1])
+            runs, inside = measured_runs(source, layer.size if layer else size, threshold)
             cut = [(b[0] - dx, b[1] - dy, b[2] - dx, b[3] - dy) for b in above]
             kept = runs.without_boxes(cut) if cut else runs
             total += inside if kept.area == runs.area else sum_over_runs(source, kept)
             parts.append(kept.shifted(dx, dy, *size))
         runs = Runs.union(parts, *size)
-        return cls(
-            prompt, whole.source, size, runs, total, regions_of_runs(runs), threshold, tuple(layers)
-        )
+        return cls(prompt, prob, size, runs, total, regions_of_runs(runs), threshold, tuple(layers))
 
     def soft_at(self, size: tuple[int, int]) -> np.ndarray:
         """float32 [h, w] probabilities at size=(w, h): the whole pass's map stretched, each
@@ -257,6 +250,18 @@ class MaskResult:
     def save_overlay(self, path: Path, image: Image.Image, max_side: int | None = None) -> Path:
         write_output(path, self.overlay_jpeg(image, max_side))
         return path
+
+
+def measured_runs(prob: np.ndarray, size: tuple[int, int], threshold: float) -> tuple[Runs, float]:
+    """The runs of a map's mask at size=(W, H) and the probability summed inside it."""
+    prob = np.asarray(prob, dtype=np.float32)
+    if enlarges(prob.shape, size):
+        th = threshold_runs(prob, size, threshold)
+        return th.runs, th.inside_sum
+    # A side under 352: the map shrinks (antialiased), and is small anyway.
+    soft = stretch(prob, size)
+    mask = soft > threshold
+    return Runs.of_mask(mask), float(soft[mask].sum(dtype=np.float64))
 
 
 def mask_of(
