@@ -457,6 +457,11 @@ async function loadStatus() {
     // One vocabulary: files (photos, videos) yield items (a photo one, a video its frames).
     const what = `${count(s.files, "file")}, ${count(s.searchable, "item")}`;
     $("footer").textContent = `${what} indexed · ${s.index}` + (s.standin ? " · stand-in models" : "");
+    // The kinds to choose from are the ones wherein knows (status lists each registered kind),
+    // so a new kind needs no change here; the address's kind=... is chosen once they are in.
+    const kinds = Object.keys(s.kinds || {});
+    $("kind").replaceChildren(new Option("every kind", ""), ...kinds.map((k) => new Option(`${k}s`, k)));
+    $("kind").value = state.kind;
     if (s.standin) {
       $("banner").textContent = "Stand-in models: this index was built with the colour-only test models; they only know colours (try “red” or “blue”).";
       $("banner").hidden = false;
