@@ -173,3 +173,57 @@ def test_watch_cuts_the_photos_it_indexes_once_the_index_has_regions(env, tmp_pa
     finally:
         code, _, err = w.stop()
     assert code == 130 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("fmt", ["coco", "yolo", "masks"])
+def test_label_exports_carry_each_hits_region(env, photos, tmp_path, fmt):
+    run("index", photos, "-q", "--regions")
+    dest = tmp_path / {"coco": "red.coco.json", "yolo": "red.yolo", "masks": "red.masks"}[fmt]
+    out = run("search", "red", "-k", "9", "--mask", "--out", tmp_path / "m", "--json",
+              "--export", dest)  # fmt: skip
+    want = {h["path"]: h["region"] for h in json.loads(out.stdout)}
+    assert want[str(photos / "speck.png")] is not None and want[str(photos / "plain.png")] is None
+    if fmt == "coco":
+        from pycocotools.coco import COCO
+
+        coco = COCO(str(dest))  # still a valid COCO file for its readers
+        images = coco.loadImgs(coco.getImgIds())
+        got = {im["file_name"]: im["region"] for im in images}
+        for ann in coco.loadAnns(coco.getAnnIds()):
+            assert len(ann["bbox"]) == 4 and ann["image_id"] in coco.imgs
+    else:
+        listing = (dest / "images.jsonl") if fmt == "yolo" else (dest / "manifest.json")
+        if fmt == "yolo":
+            rows = [json.loads(line) for line in listing.read_text().splitlines()]
+            assert [r["image"] for r in rows] == (dest / "images.txt").read_text().split()
+        else:
+            rows = json.loads(listing.read_text())["images"]
+        got = {r["path"]: r["region"] for r in rows}
+    assert got == want
+
+
+def test_ray_mask_pieces_carry_the_region_and_mask_as_search_does(env, photos, tmp_path):
+    """`select --mask --engine ray` masks each hit in an actor (ray_masks.mask_item): its piece
+    carries the hit's region, and the region is the first crop, as in a local `--mask`."""
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.registry import load_segmenter
+    from wherein.search.export.pieces import Categories
+    from wherein.search.localize.mask_shards import Item
+    from wherein.search.localize.ray_masks import STAGES, mask_item
+
+    run("index", photos, "-q", "--regions")
+    model = load_segmenter(ModelDir(env["models"]), 1)
+    spent = dict.fromkeys(STAGES, 0.0)
+    with_region = 0
+    for query in ("red", "yellow"):
+        out = run("search", query, "-k", "9", "--mask", "--out", tmp_path / query, "--json")
+        cond = model.encode_prompt(query)
+        for hit in json.loads(out.stdout):
+            item = Item(hit["id"], hit["path"], query, region=hit["region"])
+            outcome = mask_item(model, cond, query, item, "coco", Categories([query]), spent)
+            assert outcome.piece is not None and outcome.values is not None
+            assert outcome.piece.record["image"]["region"] == hit["region"]
+            got = (outcome.values["bbox"], outcome.values["mask_area"])
+            assert got == (hit.get("bbox"), hit.get("mask_area")), (query, hit["path"])
+            with_region += hit["region"] is not None
+    assert with_region >= 2  # the speck's and the sea's

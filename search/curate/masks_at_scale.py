@@ -29,7 +29,7 @@ from wherein.schemas.records import HIT_MASK_FIELDS
 from wherein.search.export.destination import Keep
 from wherein.search.export.labels import FrameNames, LabelWriter, StoredLabels, categories_for
 from wherein.search.localize.mask_shards import Item, MaskJob, WorkFolder, work_path
-from wherein.search.localize.masking import hit_time, with_fields
+from wherein.search.localize.masking import hit_region, hit_time, with_fields
 
 SHARD_IMAGES = 100  # a shard file of COCO pieces is ~100-300 KB; resuming loses < one per actor
 
@@ -145,7 +145,7 @@ def _item(hit: Any, category: str, names: FrameNames) -> Item:
     the local engine would give it."""
     at = hit_time(hit)
     if at is None:
-        return Item(int(hit.id), hit.path, category)
+        return Item(int(hit.id), hit.path, category, region=hit_region(hit))
     item_id = getattr(hit, "item_id", None)
     frame_id = int(item_id) if item_id is not None else int(hit.id)
     return Item(frame_id, hit.path, category, at, names(hit.path, at, frame_id))

@@ -11,6 +11,11 @@ A video's frame is an image too: its JPEG is written into a folder beside the ex
 (``dogs.coco.json`` -> ``dogs.coco.frames/clip.mp4@12.50s.jpg``), ``file_name`` is that
 file's absolute path, ``id`` the frame's item id, and ``video``/``time`` say where it
 comes from.
+
+Every image entry also has ``region`` (an extra key, which COCO readers ignore): the hit's best
+region, [x0, y0, x1, y1] in the image's pixels (x1/y1 exclusive), from an index with regions;
+null when the whole photo matched best, for a frame, or without regions. It is where the
+match is before any mask; the annotations stay the masks alone.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from wherein.search.export.pieces import (
     Piece,
     base_name,
     frames_folder,
+    region_of,
 )
 
 
@@ -66,6 +72,7 @@ def encode(item: LabelledImage, categories: Categories) -> Piece:
         "file_name": item.path,
         "width": item.width,
         "height": item.height,
+        "region": region_of(item),
     }
     files: dict[str, bytes] = {}
     if item.frame is not None:

@@ -305,8 +305,9 @@ def images_from_hits(
     category: the category name for every hit, or a function of the hit. A video hit's
     mask is of its best frame: that frame comes with it, as JPEG, named after the video
     and the time (clip.mp4@12.50s; -<item id> added when two frames would share a name).
+    A photo hit's best region (masking.hit_region) goes with it into the export.
     """
-    from wherein.search.localize.masking import hit_time
+    from wherein.search.localize.masking import hit_region, hit_time
 
     names = FrameNames()
     for h in hits:
@@ -321,6 +322,7 @@ def images_from_hits(
             width=mask.shape[1],
             height=mask.shape[0],
             instances=[Instance(name, mask, h.mask_score)],
+            region=hit_region(h),
         )
         time = hit_time(h)
         if time is not None:

@@ -45,6 +45,9 @@ class LabelledImage:
     time: float | None = None  # a video's frame: seconds into the video
     frame: bytes | None = None  # that frame, JPEG, at width x height
     name: str | None = None  # the name its files get in the export; default base_name's
+    # A photo hit's best region ([x0, y0, x1, y1] in its pixels as a viewer shows it, the
+    # masks' frame of reference), from an index with regions; None: the whole photo, a frame.
+    region: list[float] | None = None
 
 
 @dataclass
@@ -90,6 +93,11 @@ def base_name(item: LabelledImage) -> str:
     if item.time is not None:
         return f"{frame_name(item.path, item.time)}-{item.id}"
     return f"{Path(item.path).stem}-{item.id}"
+
+
+def region_of(item: LabelledImage) -> list[float] | None:
+    """The image's region as every export writes it: four numbers, or None."""
+    return None if item.region is None else [float(v) for v in item.region]
 
 
 # A frame's JPEG inside a piece's files; a one-file export (COCO) keeps them in a folder

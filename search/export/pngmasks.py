@@ -4,7 +4,8 @@
                                  0 = background, n = category n (manifest ids)
     DEST/frames/<name>.jpg       a video's frame (clip.mp4@12.50s.jpg): its image
     DEST/manifest.json           categories, and per image: id, path, size,
-                                 mask file, one entry per labelled mask (a
+                                 mask file, region (the hit's best region,
+                                 or null), one entry per labelled mask (a
                                  frame: its video's path, time and frame file)
 
 Read a mask back with ``numpy.asarray(PIL.Image.open(file))``: the palette
@@ -23,7 +24,14 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from wherein.search.export.pieces import FRAMES, Categories, LabelledImage, Piece, base_name
+from wherein.search.export.pieces import (
+    FRAMES,
+    Categories,
+    LabelledImage,
+    Piece,
+    base_name,
+    region_of,
+)
 
 # Distinct, saturated colours for viewing; the pixel values are what count.
 _COLOURS = [
@@ -76,6 +84,7 @@ def encode(item: LabelledImage, categories: Categories) -> Piece:
         "width": item.width,
         "height": item.height,
         "mask": rel,
+        "region": region_of(item),
         "annotations": entries,
     }
     files = {rel: buf.getvalue()}

@@ -6,6 +6,8 @@ Layout (what Ultralytics expects: a label's path is its image's path with
     DEST/images/<stem>-<id>.<ext>   symlink to the original file
     DEST/labels/<stem>-<id>.txt     one line per outline: class x1 y1 x2 y2 ... in [0, 1]
     DEST/images.txt                 ./images/<stem>-<id>.<ext>, one per line
+    DEST/images.jsonl               per image, in images.txt's order: image, id, path (the
+                                    original; a frame's video, with time) and region
     DEST/data.yaml                  path, train/val = images.txt, names
 
 Polygons are the outer outlines of each mask (pixel-corner coordinates,
@@ -13,6 +15,9 @@ simplified by 1 px; holes cannot be expressed in YOLO's format and are
 filled), normalised by the image's viewing size. An empty mask gives an empty
 label file: a background image. A video's frame is written as a JPEG file
 (``images/clip.mp4@12.50s.jpg``), not linked: there is no image file to link to.
+YOLO's own files have no place for where an image came from: images.jsonl says it, with
+the hit's best region ([x0, y0, x1, y1] in the image's pixels; null when the whole photo
+matched best, for a frame, or from an index without regions).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wherein.search.export.pieces import Categories, LabelledImage, Piece, base_name
+from wherein.search.export.pieces import Categories, LabelledImage, Piece, base_name, region_of
 from wherein.search.localize.contours import polygons
 
 TOLERANCE_PX = 1.0
@@ -45,12 +50,13 @@ def encode(item: LabelledImage, categories: Categories) -> Piece:
     if item.frame is not None:
         image = f"images/{name}.jpg"
         files[image] = item.frame
-        record = {"id": item.id, "image": image, "path": item.path, "time": item.time}
+        record = {"id": item.id, "image": image, "path": item.path, "time": item.time,
+                  "region": region_of(item)}  # fmt: skip
         return Piece(item.id, record, files=files)
     image = f"images/{name}{Path(item.path).suffix}"
     return Piece(
         item.id,
-        {"id": item.id, "image": image, "path": item.path},
+        {"id": item.id, "image": image, "path": item.path, "region": region_of(item)},
         files=files,
         links={image: str(Path(item.path).absolute())},
     )
@@ -58,6 +64,9 @@ def encode(item: LabelledImage, categories: Categories) -> Piece:
 
 def finish(records: list[dict[str, Any]], categories: Categories, dest: Path) -> dict[str, bytes]:
     listing = "".join(f"./{r['image']}\n" for r in records)
+    sources = "".join(
+        json.dumps({**r, "image": f"./{r['image']}"}, ensure_ascii=False) + "\n" for r in records
+    )
     names = "".join(
         f"  {i}: {json.dumps(n, ensure_ascii=False)}\n" for i, n in enumerate(categories.names)
     )
@@ -69,4 +78,8 @@ def finish(records: list[dict[str, Any]], categories: Categories, dest: Path) ->
         f"nc: {len(categories)}\n"
         f"names:\n{names}"
     )
-    return {"images.txt": listing.encode(), "data.yaml": yaml.encode()}
+    return {
+        "images.txt": listing.encode(),
+        "images.jsonl": sources.encode(),
+        "data.yaml": yaml.encode(),
+    }

@@ -46,6 +46,7 @@ class Item:
     category: str
     time: float | None = None
     name: str | None = None  # a frame's name in the export (FrameNames, on the driver)
+    region: list[float] | None = None  # a photo hit's best region: the first crop, exported
 
 
 @dataclass
@@ -83,6 +84,8 @@ class MaskJob:
             h.update(it.category.encode())
             if it.time is not None:  # photos hash as before: a started job resumes
                 h.update(f"@{it.time!r}\0{it.name}".encode())
+            if it.region is not None:  # its pieces carry it (and it is the first crop)
+                h.update(f"#{[float(v) for v in it.region]!r}".encode())
         return h.hexdigest()
 
     def header(self) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def mask_item(
     # Small regions segmented again on crops (refine.py), as a local `--mask` does; a frame
     # is already decoded at full size.
     crops = image_loader(item.path) if item.time is None else (lambda _draft: image)
-    res = mask_of(model, prompt, features, size, cond, image=crops)
+    res = mask_of(model, prompt, features, size, cond, crops, item.region)  # as a local one
     values = hit_values(res)
     labelled = LabelledImage(
         item.id,
@@ -76,6 +76,7 @@ def mask_item(
         time=item.time,
         frame=None if item.time is None else frame_jpeg(image),
         name=item.name,
+        region=item.region,
     )
     piece = encode_piece(labelled, fmt, categories)
     t3 = time.perf_counter()
