@@ -64,6 +64,8 @@ class BuildStats:
     appended: bool = False
     space: str = ""  # the embedding space of the vectors (stand-ins or real)
     vectors: int = 0  # embedded rows in the index now
+    regions: str | None = None  # the index's regions setting (its tiling), None: no regions
+    region_items: int = 0  # of the vectors added, photos' regions (embed --regions)
     added: int = 0  # of them, from these embed directories
     skipped: int = 0
     shards: int = 0
@@ -133,7 +135,9 @@ def build_index(
     t0 = time.perf_counter()
     dirs = [embed_dirs] if isinstance(embed_dirs, str | Path) else list(embed_dirs)
     out = Path(index_dir).expanduser().absolute()
-    check_shards(open_set(dirs))  # a damaged shard stops the build before anything is written
+    given = open_set(dirs)
+    check_shards(given)  # a damaged shard stops the build before anything is written
+    _regions_agree(given, None)  # and shards cut into regions beside shards that are not
     exists = (out / CATALOG_FILE).exists()
     if append and not exists:
         raise IndexError_(f"{out}: no index to append to (build it first, without --append)")
@@ -153,6 +157,7 @@ def build_index(
         es = open_set(dirs, first_id)
         if append:
             _check_same_model(cat, es, out)
+        regions = _regions_setting(cat, es, out, say)
         current = store.vectors.index is not None and store.vectors.is_current(cat)
         if append and not current and store.vectors.choice is not None:
             current = _catch_up(store, say)
@@ -163,11 +168,15 @@ def build_index(
             space=es.space,
             skipped=es.errors,
             shards=len(es.shards),
+            regions=regions,
         )
         t = time.perf_counter()
         before = cat.count_embedded()
+        regions_before = cat.count_tiled()[1]
         with cat.transaction():
             _set_meta(cat, es, append)
+            if regions is not None:  # later `wherein index` runs, --watch too, cut new photos
+                cat.set_meta("regions", regions)
             if not append and rescore == "float16":
                 cat.use_vector_file(es.dim)
             # Before any row: an interrupted run leaves the catalog ahead of vectors.json,
@@ -184,6 +193,7 @@ def build_index(
         stats.reclaimed_bytes = cat.reclaim_vector_file()
         stats.vectors = cat.count_embedded()
         stats.added = stats.vectors - before + len(filled.replaced)
+        stats.region_items = cat.count_tiled()[1] - regions_before
         excluded = np.unique(np.array(filled.excluded, np.int64))
 
         builder = _Vectors(store, es, memory_budget, stats, say, recall_target)
@@ -243,6 +253,41 @@ def _check_same_model(cat: Catalog, es: EmbedSet, out: Path) -> None:
             f"{out}: holds vectors of model {model_id} ({dim}-d); these shards were embedded "
             f"with {es.model_id} ({es.dim}-d): build a new index for them"
         )
+
+
+def _regions_setting(cat: Catalog, es: EmbedSet, out: Path, say) -> str | None:
+    """The index's regions setting after this build (its tiling's name; None: no regions).
+
+    An index with regions keeps regions of every photo it adds: shards embedded without
+    --regions are refused (into an index with regions, or beside shards with them), before
+    anything is written. Shards with regions give an index without them the setting, as
+    `wherein index --regions` does; its earlier photos are cut by a later `wherein index`
+    of their folders."""
+    held = cat.get_meta("regions")
+    cut = _regions_agree(es, None if held is None else out)
+    if not cut:
+        return None
+    if held is None and cat.count_images():
+        say(
+            f"{out}: keeps regions of large photos from now on; the photos it held get "
+            "theirs from the next `wherein index` of their folders"
+        )
+    return str(held) if held is not None else cut
+
+
+def _regions_agree(es: EmbedSet, index: Path | None) -> str | None:
+    """The tiling the shards were cut by, None when none was; ShardError where some were
+    embedded without --regions beside shards with them, or into ``index`` (one with regions)."""
+    cut = [(d, t) for d, t in zip(es.dirs, es.tilings, strict=True) if t is not None]
+    plain = [d for d, t in zip(es.dirs, es.tilings, strict=True) if t is None]
+    if plain and (index is not None or cut):
+        why = f"{index} keeps regions of large photos" if index is not None else (
+            f"{cut[0][0]} was embedded with --regions")  # fmt: skip
+        raise S.ShardError(
+            f"{plain[0]}: embedded without --regions, but {why}; run `wherein embed "
+            "--regions` into a new --out for it, so that every photo of the index has regions"
+        )
+    return cut[0][1] if cut else None
 
 
 def _set_meta(cat: Catalog, es: EmbedSet, append: bool) -> None:

@@ -85,7 +85,9 @@ class _Filler:
     def __init__(self, cat: Catalog, es: EmbedSet, first_new_id: int) -> None:
         self.cat, self.es, self.first_new_id = cat, es, first_new_id
         self.out = Filled()
-        self.videos: dict[int, bool] = {}  # file id of a video met -> its rows are written
+        # file id -> its rows are written, for the file whose rows a batch ended on (a video's
+        # frames or a photo's regions can go on in the next batch; a file's rows are in a row)
+        self.decided: dict[int, bool] = {}
 
     def run(self, say: Callable[[str], object]) -> Filled:
         cat, es = self.cat, self.es
@@ -127,20 +129,20 @@ class _Filler:
     def _write_batch(
         self, cols: dict, vecs: np.ndarray, ref: ShardRef, when: str, meet: bool, meet_skips: bool
     ) -> list[str]:
-        """One batch of a shard's rows: photos in bulk, videos' frames after their file row
-        (a video's rows can span two batches: its file is decided, and written, once).
-        Returns the paths of the files written."""
+        """One batch of a shard's rows: photos in bulk, videos' frames after their file row,
+        photos' regions after their whole view's (a file's rows can span two batches: it is
+        decided, and written, once). Returns the paths of the files written."""
         cat, n = self.cat, len(cols["id"])
         kinds = cols.get("kind") or ["image"] * n
-        first = [j for j in range(n) if j == 0 or cols["file_id"][j] != cols["file_id"][j - 1]]
-        new = [j for j in first if cols["file_id"][j] not in self.videos]
+        file_ids = cols["file_id"]
+        first = [j for j in range(n) if j == 0 or file_ids[j] != file_ids[j - 1]]
+        new = [j for j in first if file_ids[j] not in self.decided]
         keep = np.ones(len(new), bool)
         if meet and new:
-            keep = self._resolve([cols["uri"][j] for j in new], [cols["file_id"][j] for j in new],
+            keep = self._resolve([cols["uri"][j] for j in new], [file_ids[j] for j in new],
                                  ref, when)  # fmt: skip
         for j, k in zip(new, keep, strict=True):
-            if kinds[j] == "frame":
-                self.videos[cols["file_id"][j]] = bool(k)
+            self.decided[file_ids[j]] = bool(k)
         written = [j for j, k in zip(new, keep, strict=True) if k]
         photos = [j for j in written if kinds[j] != "frame"]
         videos = [j for j in written if kinds[j] == "frame"]
@@ -152,14 +154,22 @@ class _Filler:
                 [{**self._record(cols, j, when), "kind": media[j] or "video"} for j in videos],
                 [{k: cols[k][j] for k in S.VIDEO_FIELDS if k in cols} for j in videos],
             )
-        frames = [j for j in range(n) if kinds[j] == "frame"]
-        kept = [j for j in frames if self.videos[cols["file_id"][j]]]
+        extra = [j for j in range(n) if kinds[j] in ("frame", "region")]
+        kept = [j for j in extra if self.decided[file_ids[j]]]
         if kept:
-            cat.insert_items(
-                [(cols["id"][j], cols["file_id"][j], "frame", cols["t"][j]) for j in kept],
-                vecs[kept],
+            cat.insert_items([(cols["id"][j], file_ids[j], kinds[j], cols["t"][j],
+                               _box(cols, j)) for j in kept], vecs[kept])  # fmt: skip
+        # The photos cut (their regions follow, or they needed none): cut once, not again
+        # by a later `wherein index` of an index with regions.
+        counts = cols.get("regions") or [None] * n
+        tiling = self.es.tilings[ref.source]
+        if tiling is not None:
+            cat.mark_tiled_many(
+                (file_ids[j], tiling, counts[j]) for j in photos if counts[j] is not None
             )
-        dropped = set(frames) - set(kept)  # frames of a video an as new or newer row has
+        if n:  # only the batch's last file can go on in the next batch
+            self.decided = {file_ids[-1]: self.decided[file_ids[-1]]}
+        dropped = set(extra) - set(kept)  # items of a file an as new or newer row has
         self.out.excluded.extend(int(cols["id"][j]) for j in sorted(dropped))
         if written and "taken" in cols:  # shards written since EXIF is carried
             cat.store_photos(_photo_rows(cols, np.array(written, np.int64)))
@@ -208,13 +218,23 @@ class _Filler:
             else:
                 older.append(old_id)
                 self.out.duplicates.add(path, ref.name, self._describe(old_id, old_at))
-        # FAISS holds items: a photo's id is its file's, a video's are its frames'.
+        # FAISS holds items: a photo's id is its file's (with its regions' ids, if cut), a
+        # video's are its frames'.
         frames = self.cat.embedded_frames(older)
+        regions = self.cat.photo_regions(older)
         for old_id in older:
             gone = self.out.replaced if old_id < self.first_new_id else self.out.excluded
-            gone.extend([i for i, _ in frames[old_id]] if old_id in frames else [old_id])
+            items = frames.get(old_id) or regions.get(old_id) or [(old_id, None)]
+            gone.extend(i for i, _ in items)
         self.cat.delete_images(older)
         return keep
+
+
+def _box(cols: dict, j: int) -> tuple[float, float, float, float] | None:
+    """A region row's box; None for a frame (and in shards from before regions)."""
+    if cols.get("x0") is None or cols["x0"][j] is None:
+        return None
+    return (cols["x0"][j], cols["y0"][j], cols["x1"][j], cols["y1"][j])
 
 
 def _photo_rows(cols: dict, rows: np.ndarray) -> list[dict]:

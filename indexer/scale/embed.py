@@ -23,6 +23,7 @@ from wherein.indexer.kinds.registry import named
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import entry_for
 from wherein.indexer.paths import make_folder
+from wherein.indexer.regions import DEFAULT_TILING, Tiling
 from wherein.indexer.scale import records, shards
 from wherein.indexer.scale.sources import list_items, local_path
 
@@ -39,6 +40,8 @@ class EmbedStats:
     written: int = 0
     embedded: int = 0  # items (a video counts once)
     frames: int = 0  # of which video frames: rows of their own in the shards
+    regions: int = 0  # rows of photos' regions (embed --regions), beside their whole rows
+    tiling: str | None = None  # the tiling photos are cut by (the plan's); None: no regions
     failed: int = 0
     seconds: float = 0.0
     resumed: bool = False
@@ -61,6 +64,8 @@ class EmbedStats:
             "shards_written": self.written,
             "embedded": self.embedded,
             "frames": self.frames,
+            "regions": self.regions,
+            "tiling": self.tiling,
             "failed": self.failed,
             "complete": self.complete,
             "seconds": round(self.seconds, 2),
@@ -92,9 +97,12 @@ def embed(
     on_total: Callable[[int], None] | None = None,
     say: Callable[[str], object] | None = None,
     frames: FrameSettings = FrameSettings(),  # noqa: B008 - frozen, shared safely
+    regions: bool = False,
 ) -> EmbedStats:
     """say: one-line notes for the user (which Ray cluster and token were used). frames: how
-    videos are sampled (as `wherein index --frame-every/--max-frames`), fixed by the first run."""
+    videos are sampled (as `wherein index --frame-every/--max-frames`), fixed by the first run.
+    regions: also cut large photos into regions (as `wherein index --regions`: region rows
+    beside each photo's whole row), fixed by the first run too (a resume keeps the plan's)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
     t0 = time.perf_counter()
@@ -119,7 +127,10 @@ def embed(
         model_file,
         {"frame_every": frames.every, "max_frames": frames.max_frames},
         entry_for(models).key,
+        DEFAULT_TILING.name if regions else None,
     )
+    tiling = tiling_named(plan.tiling)
+    stats.tiling = plan.tiling
     # A resumed run samples as the first one did (open_plan refuses other settings).
     frames = FrameSettings(plan.sampling["frame_every"], plan.sampling["max_frames"], frames.chunk)
     pending = plan.pending()
@@ -130,7 +141,9 @@ def embed(
         on_total(sum(plan.shard_count(i) for i in pending))
     try:
         if pending and engine == "local":
-            _run_local(plan, pending, writer, models, workers, threads, draft, progress, frames)
+            _run_local(
+                plan, pending, writer, models, workers, threads, draft, progress, frames, tiling
+            )
         elif pending:
             from wherein.indexer.scale.ray_embed import run_ray
 
@@ -146,6 +159,7 @@ def embed(
                 progress,
                 say,
                 frames,
+                tiling,
             )
     except KeyboardInterrupt:
         stats.interrupted = True
@@ -157,9 +171,20 @@ def embed(
             writer.frames,
             writer.failed,
         )
+        stats.regions = writer.regions
         stats.complete = manifest["complete"]
         stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def tiling_named(name: str | None) -> Tiling | None:
+    """The tiling a plan names (None: no regions); only the current one can cut."""
+    if name is None or name == DEFAULT_TILING.name:
+        return None if name is None else DEFAULT_TILING
+    raise shards.ShardError(
+        f"the plan cuts photos by the tiling {name}, which this wherein does not cut any more "
+        f"({DEFAULT_TILING.name}); use a new --out"
+    )
 
 
 def row_of(item_id: int, uri: str, res: Prepared, vector: np.ndarray | None) -> dict:
@@ -174,7 +199,22 @@ def row_of(item_id: int, uri: str, res: Prepared, vector: np.ndarray | None) -> 
         "error": res.error,
         "embedding": vector,
         "photo": res.photo.as_dict() if res.photo is not None else None,
+        "regions": res.regions,
     }
+
+
+def photo_rows(item_id: int, uri: str, res: Prepared, vectors: np.ndarray | None) -> list[dict]:
+    """A photo's rows: its whole view's (vectors [d], or [n, d] with regions: the whole's
+    first), then one per region (kind 'region', its box), each with the file's fields."""
+    if vectors is None or vectors.ndim == 1:
+        return [row_of(item_id, uri, res, vectors)]
+    base = row_of(item_id, uri, res, None)
+    return [
+        {**base, "embedding": v}
+        if loc.kind == "image"
+        else {**base, "embedding": v, "kind": loc.kind, "box": loc.box}
+        for (loc, _), v in zip(res.items, vectors, strict=True)
+    ]
 
 
 def frame_rows(
@@ -209,7 +249,7 @@ class _LocalRun:
             self.videos[id(job)] = (t, res, [], [])
             self.feed.start(job)
             return Step(None)  # nothing to write until its frames are in
-        return Step((t, res), None if res.error else res.pixels)
+        return Step((t, res), None if res.error else res.tower_pixels())
 
     def commit(self, steps: list[Step]) -> None:
         done = 0
@@ -218,7 +258,7 @@ class _LocalRun:
                 done += self._frames(s.item, s.vector)
             elif s.item is not None:
                 (item_id, shard, uri, _o, _l), res = s.item
-                self.writer.add(shard, row_of(item_id, uri, res, s.vector))
+                self.writer.add_item(shard, photo_rows(item_id, uri, res, s.vector))
                 done += 1
         if self.progress and done:
             self.progress(done)
@@ -240,7 +280,9 @@ class _LocalRun:
         return 1
 
 
-def _run_local(plan, pending, writer, models, workers, threads, draft, progress, frames) -> None:
+def _run_local(
+    plan, pending, writer, models, workers, threads, draft, progress, frames, tiling
+) -> None:
     """The ingest pipeline `wherein index` runs, videos' frames included (its FrameFeed on
     the same decode pool); a commit hands finished items to the shard writer."""
     from concurrent.futures import ThreadPoolExecutor
@@ -253,7 +295,7 @@ def _run_local(plan, pending, writer, models, workers, threads, draft, progress,
     todo = zip(table["id"], table["shard"], uris, table["offset"], table["length"], strict=True)
 
     def load(t: tuple) -> Prepared:
-        return records.load(t[2], tower.spec.image, t[3], t[4], draft)
+        return records.load(t[2], tower.spec.image, t[3], t[4], draft, tiling)
 
     workers = workers or default_workers()
     pool = ThreadPoolExecutor(workers, thread_name_prefix="decode")

@@ -3,10 +3,12 @@
 Each `wherein embed` run numbers its items 1..N; a build from several runs (or an
 append to an index built earlier) shifts each run's ids past the ones before it, so
 catalog id = FAISS id stays unique and is never one an index handed out before.
-A video is one planned item (its number becomes its file's id) whose rows are its frames:
-the frame items are numbered after the run's N items, shard by shard in shard order and
-in row order within a shard (the manifest counts each shard's frames), so every reader of
-the shards gives a frame the same id without any state of its own.
+A video is one planned item (its number becomes its file's id) whose rows are its frames;
+a photo cut into regions (`embed --regions`) is one planned item whose rows are its whole
+view (its id is the file's) and its regions. The frame and region items are numbered
+after the run's N items, shard by shard in shard order and in row order within a shard
+(the manifest counts each shard's frames and regions), so every reader of the shards
+gives an item the same id without any state of its own.
 Shards are ordered by the time their ``.done`` marker was written (then by the order
 the directories were given, then by shard number): writing them in that order lets
 the newest shard of a path win simply by coming last.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +36,8 @@ class ShardRef:
     offset: int  # added to the shard's ids
     written_at: float  # when its .done marker was written (0 when the marker has no time)
     source: int  # position of its directory in the list given
-    frame_offset: int = 0  # added to a frame's position among the shard's frames (from 1)
+    # added to a frame's or region's position among the shard's frames and regions (from 1)
+    frame_offset: int = 0
 
     @property
     def name(self) -> str:
@@ -42,8 +45,9 @@ class ShardRef:
 
     def batches(self, columns: list[str] | None = None):
         """The shard as pyarrow tables of READ_ROWS rows, ids shifted by the offset: ``id`` is
-        the item's (FAISS) id, ``file_id`` its file's (a photo's are one; a frame's file is
-        its video, whose rows share the planned item's number). The Arrow pool is released
+        the item's (FAISS) id, ``file_id`` its file's (a photo's whole view's are one; a
+        frame's file is its video, a region's its photo, whose rows share the planned item's
+        number). The Arrow pool is released
         after each shard (it keeps freed buffers, and a 1M build grew by GBs)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -64,7 +68,8 @@ class ShardRef:
                     file_ids = t.column("id").to_numpy() + self.offset
                     ids = file_ids.copy()
                     if has_kind:
-                        frame = t.column("kind").to_numpy(zero_copy_only=False) == "frame"
+                        kind = t.column("kind").to_numpy(zero_copy_only=False)
+                        frame = (kind == "frame") | (kind == "region")
                         n = int(frame.sum())
                         ids[frame] = self.frame_offset + frames_seen + np.arange(1, n + 1)
                         frames_seen += n
@@ -100,6 +105,8 @@ class EmbedSet:
     model_file: str | None
     last_id: int  # the largest id any item of the set can have
     family: str | None = None  # the model family (registry key); None: shards of older runs
+    # Each directory's tiling (`embed --regions`), in the order given; None: not cut
+    tilings: list[str | None] = field(default_factory=list)
 
     @property
     def count(self) -> int:
@@ -129,7 +136,7 @@ class EmbedSet:
             lo = ref.offset + ref.entry["shard"] * self.manifests[ref.source]["shard_size"]
             if lo < item_id <= lo + self.manifests[ref.source]["shard_size"]:
                 return ref.name
-            if ref.frame_offset < item_id <= ref.frame_offset + ref.entry.get("frames", 0):
+            if ref.frame_offset < item_id <= ref.frame_offset + _extra_rows(ref.entry):
                 return ref.name
         return "the index"
 
@@ -153,7 +160,7 @@ def open_set(dirs: list[str | Path], first_id: int = 1) -> EmbedSet:
         for entry in sorted(m["shards"], key=lambda e: e["shard"]):
             when = _written_at(p, entry["shard"])
             refs.append(ShardRef(p, entry, offset, when, k, frame_offset))
-            frame_offset += entry.get("frames", 0)
+            frame_offset += _extra_rows(entry)
         offset = frame_offset
     refs.sort(key=lambda r: (r.written_at, r.source, r.entry["shard"]))
     return EmbedSet(
@@ -166,7 +173,13 @@ def open_set(dirs: list[str | Path], first_id: int = 1) -> EmbedSet:
         first.get("model_file"),
         offset,
         first.get("family"),
+        [m.get("tiling") for m in manifests],
     )
+
+
+def _extra_rows(entry: dict) -> int:
+    """A shard's rows that are items beside their file's first: frames and regions."""
+    return int(entry.get("frames", 0)) + int(entry.get("regions", 0))
 
 
 def check_shards(es: EmbedSet) -> None:

@@ -19,8 +19,9 @@ from wherein.indexer.ingest.videos import FrameSettings, VideoJob, chunks
 from wherein.indexer.kinds.registry import named
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import entry_for
+from wherein.indexer.regions import Tiling
 from wherein.indexer.scale import records
-from wherein.indexer.scale.shards import PHOTO_FIELDS, VIDEO_FIELDS, uri_of_cell
+from wherein.indexer.scale.shards import BOX_FIELDS, PHOTO_FIELDS, VIDEO_FIELDS, uri_of_cell
 from wherein.schemas.models import ImageInput
 
 DECODE_BATCH = 16
@@ -41,7 +42,7 @@ def pool_size(total_cpus: float, actors: int | None, actor_cpus: float | None) -
 
 # Every batch a decode task yields has these columns (Ray Data unifies the blocks' schemas).
 _FILE = ("size", "mtime_ns", "sha256", "width", "height", "error")
-_ITEM = ("kind", "t", *VIDEO_FIELDS)
+_ITEM = ("kind", "t", *VIDEO_FIELDS, *BOX_FIELDS, "regions")
 
 
 def _empty() -> dict[str, list]:
@@ -74,8 +75,16 @@ def _arrays(out: dict[str, list], spec: ImageInput) -> dict:
     return arrays  # None (object) where a field is unknown
 
 
-def decode_batch(batch: dict, draft: bool, spec: ImageInput, frames: FrameSettings | None = None):
-    """Decode one batch of plan rows (a task). A photo is one row; a video is decoded whole in
+def decode_batch(
+    batch: dict,
+    draft: bool,
+    spec: ImageInput,
+    frames: FrameSettings | None = None,
+    tiling: Tiling | None = None,
+):
+    """Decode one batch of plan rows (a task). A photo is one row, or with tiling, its whole
+    view's row and one per region, each saying how many regions it has (so the driver knows
+    when all its rows are in); a video is decoded whole in
     this task, its sampled frames yielded chunk by chunk as rows of their own (a generator:
     at most one chunk of a video's pixels is held); the rows of its last chunk carry the
     video's frame count and damage, so the driver knows when all its rows are in."""
@@ -83,9 +92,15 @@ def decode_batch(batch: dict, draft: bool, spec: ImageInput, frames: FrameSettin
     out = _empty()
     for j in range(len(batch["id"])):
         uri = uri_of_cell(str(batch["uri"][j]))
-        res = records.load(uri, spec, int(batch["offset"][j]), int(batch["length"][j]), draft)
+        offset, length = int(batch["offset"][j]), int(batch["length"][j])
+        res = records.load(uri, spec, offset, length, draft, tiling)
         if res.video is None or res.error:
-            _put(out, batch, j, res, res.pixels, {"kind": "image"})
+            if res.error or not res.items:  # failed: one row, its error
+                _put(out, batch, j, res, None, {"kind": "image"})
+                continue
+            for loc, px in res.items:
+                box = dict(zip(BOX_FIELDS, loc.box or (), strict=False))
+                _put(out, batch, j, res, px, {"kind": loc.kind, "regions": res.regions, **box})
             continue
         job = VideoJob(uri, res.size, res.mtime_ns, named(res.kind), data=res.data)
         res.data = None  # the job holds the bytes of a tar member's animation until sampled
@@ -146,6 +161,7 @@ def run_ray(
     progress,
     say=None,
     frames=None,
+    tiling=None,
 ) -> None:
     from wherein.indexer.scale import ray_quiet
     from wherein.indexer.scale.ray_session import ray_session
@@ -170,6 +186,7 @@ def run_ray(
                 "draft": draft,
                 "spec": entry_for(ModelDir(Path(models_root))).spec.image,
                 "frames": frames,
+                "tiling": tiling,
             },
             num_cpus=1,
             # A memory reservation of its own also keeps Ray from fusing the
@@ -190,16 +207,26 @@ def run_ray(
 
 def _collect(ds, writer, progress) -> None:
     """Rows as they come back from the actors, into the shard writer; a video's frame rows
-    (in any order) wait until as many are in as its last chunk counted."""
+    (in any order) wait until as many are in as its last chunk counted, a photo's until its
+    whole view and all its regions are (the writer puts them in order)."""
     videos: dict[int, list[dict]] = {}  # plan id -> its frame rows so far
     expected: dict[int, int] = {}  # plan id -> its frame count, once its last chunk is in
+    photos: dict[int, list[dict]] = {}  # plan id -> the rows so far of a photo with regions
     for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
         done = 0
         for j in range(len(batch["id"])):
             row, shard = _row(batch, j), int(batch["shard"][j])
-            if row.get("kind") != "frame":
+            if row.get("kind") != "frame" and not row.get("regions"):
                 writer.add(shard, row)
                 done += 1
+                continue
+            if row.get("kind") != "frame":
+                rows = photos.setdefault(row["id"], [])
+                rows.append(row)
+                if len(rows) == 1 + row["regions"]:
+                    writer.add_item(shard, rows)
+                    del photos[row["id"]]
+                    done += 1
                 continue
             rows = videos.setdefault(row["id"], [])
             rows.append(row)
@@ -230,6 +257,11 @@ def _row(batch: dict, j: int) -> dict:
         "embedding": None if err else batch["embedding"][j],
         "photo": {k: _plain(batch[k][j]) for k in PHOTO_FIELDS if k in batch},
     }
+    regions = _plain(batch["regions"][j]) if "regions" in batch else None
+    row["regions"] = None if regions is None else int(regions)  # type: ignore[call-overload]
+    if "kind" in batch and _plain(batch["kind"][j]) == "region":
+        row["kind"] = "region"
+        row["box"] = tuple(float(batch[k][j]) for k in BOX_FIELDS)
     if "kind" in batch and _plain(batch["kind"][j]) == "frame":
         row["kind"], row["t"] = "frame", float(batch["t"][j])
         row["video"] = {k: _plain(batch[k][j]) for k in VIDEO_FIELDS}

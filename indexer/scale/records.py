@@ -19,6 +19,7 @@ from wherein.indexer.ingest.read import Unsettled, load_timed, probed
 from wherein.indexer.ingest.walk import FoundFile
 from wherein.indexer.kinds.base import HEAD_BYTES, MediaKind
 from wherein.indexer.kinds.registry import kind_by_name, kind_of, kind_of_bytes
+from wherein.indexer.regions import Tiling
 from wherein.indexer.scale.sources import local_path, read_item
 from wherein.schemas.models import ImageInput
 
@@ -35,10 +36,15 @@ def _timed(path: str, kind: MediaKind) -> Prepared:
 
 
 def load(
-    uri: str, spec: ImageInput, offset: int = -1, length: int = -1, draft: bool = JPEG_DRAFT
+    uri: str,
+    spec: ImageInput,
+    offset: int = -1,
+    length: int = -1,
+    draft: bool = JPEG_DRAFT,
+    tiling: Tiling | None = None,
 ) -> Prepared:
-    """A photo decoded and preprocessed; a timed file probed (res.video set, its frames not
-    read)."""
+    """A photo decoded and preprocessed (tiling: and a large one cut into regions, as the
+    index run's loader does); a timed file probed (res.video set, its frames not read)."""
     path = local_path(uri) if offset < 0 else None
     if path is not None and ((hint := kind_by_name(path)) is None or hint.timed):
         kind = kind_of(path)
@@ -51,18 +57,20 @@ def load(
     except Exception as exc:  # remote filesystems raise their own types
         return Prepared(error=f"cannot read: {type(exc).__name__}: {exc}")
     if path is None:  # a tar member or a remote file: no file to open, its bytes in hand
-        return _in_memory(data, spec, draft, mtime_ns)
+        return _in_memory(data, spec, draft, mtime_ns, tiling)
     kind = kind_of(path, data[:HEAD_BYTES])
     if kind.timed:  # a clip or an animation named as a photo
         return _timed(path, kind)
-    return kind.prepare(data, spec, draft, mtime_ns)
+    return kind.prepare(data, spec, draft, mtime_ns, tiling)
 
 
-def _in_memory(data: bytes, spec: ImageInput, draft: bool, mtime_ns: int) -> Prepared:
+def _in_memory(
+    data: bytes, spec: ImageInput, draft: bool, mtime_ns: int, tiling: Tiling | None = None
+) -> Prepared:
     """Bytes with no local file (a tar member, a remote file), by their content."""
     kind = kind_of_bytes(data)
     if not kind.timed:
-        return kind.prepare(data, spec, draft, mtime_ns)
+        return kind.prepare(data, spec, draft, mtime_ns, tiling)
     sha256 = hashlib.sha256(data).hexdigest()
     res = Prepared(size=len(data), mtime_ns=mtime_ns, sha256=sha256, kind=kind.name)
     if not kind.in_memory:

@@ -1,15 +1,19 @@
 """The embed output directory: plan, parquet shards with done markers, manifest.
 
     OUT/
-      plan.json, plan.parquet       the sorted item list and its shard assignment, and how videos
-                                    are sampled (frame_every, max_frames): fixed at the first run
+      plan.json, plan.parquet       the sorted item list and its shard assignment, how videos
+                                    are sampled (frame_every, max_frames) and the tiling large
+                                    photos are cut by (null: no regions): fixed at the first run
       shards/shard-00000.parquet    id, uri, size, mtime_ns, sha256, width, height, embedding,
-                                    photo EXIF, kind, t, and a video's metadata (one row per item:
-                                    a photo's one, each sampled frame of a video)
+                                    photo EXIF, kind, t, a video's metadata, a region's box
+                                    and a photo's region count (one row per item: a photo's
+                                    whole view and each of its regions, each sampled frame
+                                    of a video)
       shards/shard-00000.errors.parquet   id, uri, size, mtime_ns, reason (failed records)
       shards/shard-00000.done       written last: the shard is complete
-      manifest.json                 model_id, space, dim, sampling, shards with counts (rows,
-                                    frames: rows of video frames, errors)
+      manifest.json                 model_id, space, dim, sampling, tiling, shards with counts
+                                    (rows, frames: rows of video frames, regions: rows of
+                                    photos' regions, errors)
 
 A shard is complete when its parquet and its done marker exist; every file is
 written to a temp name and renamed, so a killed run leaves no half shard behind
@@ -108,8 +112,16 @@ def shard_schema(dim: int):
             ("kind", pa.string()),
             ("t", pa.float64()),
             *[(name, kind()) for name, kind in _video_types().items()],
+            *[(name, pa.float64()) for name in BOX_FIELDS],
+            ("regions", pa.int32()),
         ]
     )
+
+
+# A region row's box (x0, y0, x1, y1 in its photo's pixels as a viewer shows it; null on
+# other rows), and on each row of a photo that was cut, how many regions it was cut into
+# (0: small or flat; null: not cut). Shards written before regions were carried lack them.
+BOX_FIELDS = ("x0", "y0", "x1", "y1")
 
 
 # An item's kind and time, and its video's videos row (store/videos.py), repeated on each
@@ -165,6 +177,7 @@ class Plan:
     model_file: str = ""
     sampling: dict = field(default_factory=dict)  # frame_every, max_frames (sampling of videos)
     family: str | None = None  # the model family (registry key); None in older plans
+    tiling: str | None = None  # the name of the tiling large photos are cut by; None: not cut
 
     @property
     def shards(self) -> int:
@@ -204,9 +217,13 @@ def open_plan(
     model_file: str = "",
     sampling: dict | None = None,
     family: str | None = None,
+    tiling: str | None = None,
 ) -> tuple[Plan, bool]:
     """Load the plan of an earlier run (resume) or list the sources and fix a new one. (plan, resumed).
-    sampling: how videos are sampled (frame_every, max_frames), fixed by the first run too."""
+    sampling: how videos are sampled (frame_every, max_frames), fixed by the first run too.
+    tiling: cut large photos into regions by the tiling of that name (`embed --regions`);
+    a resumed run keeps the plan's, and asking for regions a plan was made without, or
+    another tiling than the plan's, is refused."""
     import pyarrow as pa
 
     side = out / PLAN_JSON
@@ -231,6 +248,10 @@ def open_plan(
                 raise ShardError(
                     f"{out}: was planned with {flag} {planned[key]:g}; use it or a new --out"
                 )
+        cut = meta.get("tiling")
+        if tiling is not None and cut != tiling:
+            how = f"with the tiling {cut}" if cut else "without --regions"
+            raise ShardError(f"{out}: was planned {how}; use a new --out for {tiling} regions")
         return Plan(
             out,
             meta["shard_size"],
@@ -242,6 +263,7 @@ def open_plan(
             model_file,
             dict(planned),
             family,
+            cut,
         ), True
     items: list[Item] = list_items()
     size = shard_size or 10_000
@@ -272,6 +294,7 @@ def open_plan(
         "dim": dim,
         "items_sha256": digest,
         "sampling": dict(sampling or {}),
+        "tiling": tiling,
     }
     write_atomic(side, json.dumps(meta, indent=2).encode())
     return Plan(
@@ -285,6 +308,7 @@ def open_plan(
         model_file,
         dict(sampling or {}),
         family,
+        tiling,
     ), False
 
 
@@ -308,6 +332,7 @@ class ShardWriter:
         self.written: list[int] = []
         self.embedded = 0  # planned items embedded (a video counts once)
         self.frames = 0  # rows of video frames
+        self.regions = 0  # rows of photos' regions
         self.failed = 0
         self.t0 = time.perf_counter()
 
@@ -318,7 +343,9 @@ class ShardWriter:
 
     def add_item(self, shard: int, rows: list[dict]) -> None:
         """All rows of one planned item: a video's frames share its id and file fields, and
-        add kind 'frame', t and video (a dict of VIDEO_FIELDS)."""
+        add kind 'frame', t and video (a dict of VIDEO_FIELDS); a photo cut into regions is
+        its whole view's row, then one per region with kind 'region' and its box; every
+        row of a photo that was cut has regions (how many)."""
         self.rows[shard].extend(rows)
         self.items[shard] += 1
         if self.items[shard] == self.expected[shard]:
@@ -329,7 +356,9 @@ class ShardWriter:
         import pyarrow as pa
 
         dim = self.plan.dim
-        rows.sort(key=lambda r: (r["id"], r.get("t") or 0.0))
+        # A photo's whole view, then its regions by box: the same order whichever engine
+        # (and in whatever order its rows came back).
+        rows.sort(key=lambda r: (r["id"], r.get("t") or 0.0, r.get("box") or ()))
         good = [r for r in rows if not r["error"]]
         bad = [r for r in rows if r["error"]]
         vecs = (
@@ -357,6 +386,9 @@ class ShardWriter:
             if name in ("rotation", "frames"):
                 values = [None if v is None else int(v) for v in values]
             cols[name] = values
+        for k, name in enumerate(BOX_FIELDS):
+            cols[name] = [None if r.get("box") is None else float(r["box"][k]) for r in good]
+        cols["regions"] = [None if r.get("regions") is None else int(r["regions"]) for r in good]
         table = pa.table(cols, schema=shard_schema(dim))
         errors = pa.table(
             {
@@ -372,10 +404,12 @@ class ShardWriter:
         write_parquet_atomic(errors, err_path)
         write_parquet_atomic(table, parquet)
         frames = sum(r.get("kind") == "frame" for r in good)
+        regions = sum(r.get("kind") == "region" for r in good)
         marker = {
             "shard": i,
             "rows": len(good),
             "frames": frames,
+            "regions": regions,
             "errors": len(bad),
             "model_id": self.plan.model_id,
             "run": self.run_id,
@@ -385,6 +419,7 @@ class ShardWriter:
         self.written.append(i)
         self.embedded += len({r["id"] for r in good})
         self.frames += frames
+        self.regions += regions
         self.failed += len(bad)
 
     @property
@@ -419,6 +454,7 @@ def write_manifest(plan: Plan) -> dict:
                 "file": f"{SHARD_DIR}/{parquet.name}",
                 "count": marker["rows"],
                 "frames": marker.get("frames", 0),
+                "regions": marker.get("regions", 0),
                 "errors_file": f"{SHARD_DIR}/{err_path.name}",
                 "errors": marker["errors"],
             }
@@ -435,9 +471,11 @@ def write_manifest(plan: Plan) -> dict:
         "planned_shards": plan.shards,
         "items": plan.count,
         "sampling": plan.sampling,
+        "tiling": plan.tiling,
         "complete": complete,
         "count": sum(s["count"] for s in shards),
         "frames": sum(s["frames"] for s in shards),
+        "regions": sum(s["regions"] for s in shards),
         "errors": sum(s["errors"] for s in shards),
         "shards": shards,
     }

@@ -190,13 +190,25 @@ class ItemsTable(FilesTable):
         self._put_vectors([int(r["id"]) for r in records], vectors)
 
     def insert_items(
-        self, rows: Sequence[tuple[int, int, str, float | None]], vectors: np.ndarray
+        self,
+        rows: Sequence[tuple[int, int, str, float | None, Sequence[float] | None]],
+        vectors: np.ndarray,
     ) -> None:
-        """Items with the ids given, (id, file id, kind, t) each, of files already in (a
-        video's frames), and their embeddings, in bulk."""
+        """Items with the ids given, (id, file id, kind, t, box) each, of files already in (a
+        video's frames, a photo's regions), and their embeddings, in bulk."""
         self._conn.executemany(
-            "INSERT INTO items(id, image_id, kind, t) VALUES (?, ?, ?, ?)",
-            ((int(i), int(f), k, None if t is None else float(t)) for i, f, k, t in rows),
+            "INSERT INTO items(id, image_id, kind, t, x0, y0, x1, y1) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                (
+                    int(i),
+                    int(f),
+                    k,
+                    None if t is None else float(t),
+                    *(map(float, box) if box is not None else (None,) * 4),
+                )  # fmt: skip
+                for i, f, k, t, box in rows
+            ),
         )
         self._put_vectors([int(r[0]) for r in rows], vectors)
 

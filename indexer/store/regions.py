@@ -87,11 +87,15 @@ class RegionsTable(PhotosTable):
     # -- writes (inside transaction()) ------------------------------------------------
     def mark_tiled(self, file_id: int, tiling: str, regions: int) -> None:
         """Record that a photo was cut (its region items go in with this, or already are)."""
-        self._conn.execute(
+        self.mark_tiled_many([(file_id, tiling, regions)])
+
+    def mark_tiled_many(self, rows: Iterable[tuple[int, str, int]]) -> None:
+        """mark_tiled in bulk: (file id, tiling, regions) each (build-index's photos)."""
+        self._conn.executemany(
             "INSERT INTO tiled(image_id, tiling, regions) VALUES (?, ?, ?) "
             "ON CONFLICT(image_id) DO UPDATE SET tiling = excluded.tiling, "
             "regions = excluded.regions",
-            (file_id, tiling, regions),
+            rows,
         )
 
     def add_regions(self, file_id: int, tiling: str, regions: Sequence[Region]) -> list[int]:

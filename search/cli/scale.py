@@ -58,6 +58,13 @@ def register(cli: click.Group) -> None:
 )
 @decode_options  # the local engine's (Ray's actors: --actors, --actor-cpus)
 @frame_options
+@click.option(
+    "--regions",
+    is_flag=True,
+    help="Also embed each large photo as a few overlapping regions, as `index --regions` "
+    "does (rows of their own in the shards). Fixed by the first run; an index with regions "
+    "takes only shards embedded with it.",
+)
 @models_option
 @quiet_option
 @json_option
@@ -75,6 +82,7 @@ def embed(
     no_draft,
     frame_every,
     max_frames,
+    regions,
     models_dir,
     quiet,
     fmt,
@@ -105,6 +113,7 @@ def embed(
             feedback=feedback,
             frame_every=frame_every,
             max_frames=max_frames,
+            regions=regions,
         )
     finally:
         bar.close()
@@ -115,6 +124,7 @@ def embed(
             f"{stats.items} items in {stats.shards} shards: {stats.written} written now, "
             f"{stats.done_before} done before; {stats.embedded} embedded"
             + (f" ({stats.frames} video frames)" if stats.frames else "")
+            + (f", {stats.regions} regions of photos" if stats.regions else "")
             + f", {stats.failed} failed ({stats.images_per_second:.1f} images/s)"
         )
         for p in stats.problems:
@@ -192,6 +202,8 @@ def _echo_build(stats) -> None:
         f"[{stats.kind}: {stats.factory}, nprobe {stats.nprobe}] in {stats.seconds:.1f}s; "
         f"{stats.skipped} failed items recorded as skipped"
     )
+    if stats.region_items:
+        click.echo(f"{stats.region_items} of the vectors are regions of large photos")
     if stats.duplicates:
         replaced = f" ({stats.replaced} replaced rows of the index)" if stats.replaced else ""
         click.echo(

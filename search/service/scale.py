@@ -36,9 +36,11 @@ def embed(
     feedback: Feedback = QUIET,
     frame_every: float = 2.0,
     max_frames: int = 600,
+    regions: bool = False,
 ) -> EmbedStats:
     """Embed the images and videos SOURCES list into parquet shards in out (a re-run
-    resumes). frame_every/max_frames: how videos are sampled, as IndexRequest's.
+    resumes). frame_every/max_frames: how videos are sampled, as IndexRequest's; regions:
+    also cut large photos into regions, as IndexRequest's (fixed by the first run).
 
     actors/actor_cpus apply on Ray, workers/threads to the local engine. feedback.say gets
     which Ray cluster and token were used; an interrupted run (stats.interrupted) keeps
@@ -72,6 +74,7 @@ def embed(
             on_total=feedback.on_total,
             say=feedback.say,
             frames=frames,
+            regions=regions,
         )
 
     return engine.run(local=lambda: run("local"), ray=lambda: run("ray"))

@@ -1,0 +1,131 @@
+"""Regions on the scale path: `wherein embed --regions` writes each large photo's regions into
+the shards, `build-index` keeps them and the setting, and the index then searches exactly as
+one made by `wherein index --regions` of the same photos. An index with regions takes only
+shards embedded with them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_run import run
+from PIL import Image
+from test_regions import SPECK, draw_photos
+
+from wherein.indexer.store.index_store import IndexStore
+
+pytestmark = pytest.mark.scale
+
+QUERIES = ("red", "yellow", "blue", "green")
+F16 = 1e-3  # build-index re-scores with float16 vectors (vectors.f16) by default
+
+
+def found(index: Path, query: str, *more: str) -> dict[str, dict]:
+    out = json.loads(run("search", query, "-k", "40", "--index", index, *more, "--json").stdout)
+    return {f"{Path(h['path']).name}|{h['region']}": h for h in out}
+
+
+def same_search(a: Path, b: Path, tol: float = 1e-5) -> None:
+    """The same hits, regions and probabilities (within tol), hit by hit and item by item."""
+    for query in QUERIES:
+        for more in ((), ("--frames",)):
+            ha, hb = found(a, query, *more), found(b, query, *more)
+            assert ha.keys() == hb.keys(), (query, more)
+            for key, h in ha.items():
+                assert abs(h["probability"] - hb[key]["probability"]) < tol, (query, more, key)
+
+
+def tiled(index: Path) -> tuple[str | None, tuple[int, int], int]:
+    """(meta regions, (photos cut, region items), FAISS vectors - embedded rows)."""
+    with IndexStore.open(index) as store:
+        cat = store.catalog
+        gap = store.vectors.index.ntotal - cat.count_embedded()
+        return cat.get_meta("regions"), cat.count_tiled(), gap
+
+
+@pytest.fixture()
+def photos(tmp_path) -> Path:
+    draw_photos(tmp_path / "photos")
+    return tmp_path / "photos"
+
+
+def test_build_index_of_region_shards_searches_as_index_regions(env, photos, tmp_path):
+    run("index", photos, "-q", "--regions", "--index", tmp_path / "local")
+    out = json.loads(run("embed", photos, "--out", tmp_path / "emb", "--regions", "--json").stdout)
+    assert out["tiling"] is not None and out["regions"] == tiled(tmp_path / "local")[1][1] > 0
+    # Re-scored with float32 vectors, as `wherein index` keeps them: the same figures.
+    built = json.loads(run("build-index", tmp_path / "emb", "--index", tmp_path / "built",
+                           "--rescore", "float32", "--json").stdout)  # fmt: skip
+    assert built["regions"] == out["tiling"] and built["region_items"] == out["regions"]
+    assert tiled(tmp_path / "built") == tiled(tmp_path / "local")
+    same_search(tmp_path / "local", tmp_path / "built")
+    (speck,) = [h for h in found(tmp_path / "built", "red").values() if "speck" in h["path"]]
+    x0, y0, x1, y1 = speck["region"]  # where the small square is, whole
+    x, y, side = SPECK
+    assert x0 <= x and y0 <= y and x + side <= x1 and y + side <= y1
+
+    # The index keeps the setting: a plain `wherein index` cuts a new photo, nothing else.
+    img = Image.open(photos / "speck.png").transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    img.save(photos / "flipped.png")
+    report = json.loads(run("index", photos, "--index", tmp_path / "built", "--json").stdout)
+    assert (report["embedded"], report["photos_cut"], report["regions"]) == (1, 0, 1)
+    assert run("status", "--check", "--index", tmp_path / "built").exit_code == 0
+
+
+def test_ray_engine_writes_the_same_region_shards(env, photos, tmp_path):
+    import pyarrow.parquet as pq
+
+    from wherein.indexer.scale.embed import embed
+
+    stats = {}
+    for engine in ("local", "ray"):
+        stats[engine] = embed([str(photos)], tmp_path / engine, env["models"], engine=engine,
+                              shard_size=3, regions=True)  # fmt: skip
+        assert stats[engine].complete
+    assert stats["ray"].regions == stats["local"].regions > 0
+    for f in sorted((tmp_path / "local" / "shards").glob("shard-?????.parquet")):
+        local, ray = pq.read_table(f), pq.read_table(tmp_path / "ray" / "shards" / f.name)
+        assert local.drop(["embedding"]).equals(ray.drop(["embedding"])), f.name
+        a, b = (np.stack(t.column("embedding").to_pylist()) for t in (local, ray))
+        assert np.abs(a - b).max() < 1e-5, f.name
+
+
+def test_an_index_with_regions_refuses_shards_without(env, photos, tmp_path):
+    run("embed", photos, "--out", tmp_path / "plain", "-q")
+    run("embed", photos, "--out", tmp_path / "cut", "--regions", "-q")
+    # Into an index with regions: one line, nothing written.
+    run("build-index", tmp_path / "cut", "--index", tmp_path / "idx", "-q")
+    before = tiled(tmp_path / "idx")
+    res = run("build-index", tmp_path / "plain", "--index", tmp_path / "idx", "--append", ok=False)
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert res.output.startswith("Error: ") and "--regions" in res.output
+    assert tiled(tmp_path / "idx") == before
+    # Beside shards with regions, into a new index: refused before the index is made.
+    res = run("build-index", tmp_path / "cut", tmp_path / "plain", "--index", tmp_path / "new",
+              ok=False)  # fmt: skip
+    assert res.exit_code != 0 and "--regions" in res.output and not (tmp_path / "new").exists()
+    # A resumed embed keeps its plan: regions asked of a plan made without them are refused.
+    res = run("embed", photos, "--out", tmp_path / "plain", "--regions", ok=False)
+    assert res.exit_code != 0 and "without --regions" in res.output
+
+
+def test_region_shards_give_a_plain_index_regions(env, photos, tmp_path):
+    run("embed", photos, "--out", tmp_path / "plain", "-q")
+    run("embed", photos, "--out", tmp_path / "cut", "--regions", "-q")
+    run("build-index", tmp_path / "plain", "--index", tmp_path / "idx", "-q")
+    assert tiled(tmp_path / "idx") == (None, (0, 0), 0)
+    # The newer shards replace every photo: the old rows leave FAISS, regions and all.
+    res = run("build-index", tmp_path / "cut", "--index", tmp_path / "idx", "--append")
+    assert "keeps regions of large photos from now on" in res.output
+    name, (cut, regions), gap = tiled(tmp_path / "idx")
+    assert name is not None and cut == 7 and regions > 0 and gap == 0
+    run("index", photos, "-q", "--regions", "--index", tmp_path / "local")
+    same_search(tmp_path / "local", tmp_path / "idx", F16)
+    # And again (a newer run of the same photos): its rows replace the ones with regions.
+    run("embed", photos, "--out", tmp_path / "again", "--regions", "-q")
+    run("build-index", tmp_path / "again", "--index", tmp_path / "idx", "--append", "-q")
+    assert tiled(tmp_path / "idx")[1:] == ((7, regions), 0)
+    assert run("status", "--check", "--index", tmp_path / "idx").exit_code == 0
+    same_search(tmp_path / "local", tmp_path / "idx", F16)
