@@ -157,8 +157,11 @@ class _Filler:
         extra = [j for j in range(n) if kinds[j] in ("frame", "region")]
         kept = [j for j in extra if self.decided[file_ids[j]]]
         if kept:
-            cat.insert_items([(cols["id"][j], file_ids[j], kinds[j], cols["t"][j],
-                               _box(cols, j)) for j in kept], vecs[kept])  # fmt: skip
+            cat.insert_items(
+                [(cols["id"][j], file_ids[j], kinds[j], cols["t"][j]) for j in kept],
+                vecs[kept],
+                [_box(cols, j) for j in kept],
+            )
         # The photos cut (their regions follow, or they needed none): cut once, not again
         # by a later `wherein index` of an index with regions.
         counts = cols.get("regions") or [None] * n

@@ -191,23 +191,20 @@ class ItemsTable(FilesTable):
 
     def insert_items(
         self,
-        rows: Sequence[tuple[int, int, str, float | None, Sequence[float] | None]],
+        rows: Sequence[tuple[int, int, str, float | None]],
         vectors: np.ndarray,
+        boxes: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
-        """Items with the ids given, (id, file id, kind, t, box) each, of files already in (a
-        video's frames, a photo's regions), and their embeddings, in bulk."""
+        """Items with the ids given, (id, file id, kind, t) each, of files already in (a
+        video's frames, a photo's regions: boxes, each region's, None for a frame), and
+        their embeddings, in bulk."""
+        where = boxes if boxes is not None else [None] * len(rows)
         self._conn.executemany(
             "INSERT INTO items(id, image_id, kind, t, x0, y0, x1, y1) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                (
-                    int(i),
-                    int(f),
-                    k,
-                    None if t is None else float(t),
-                    *(map(float, box) if box is not None else (None,) * 4),
-                )  # fmt: skip
-                for i, f, k, t, box in rows
+                (int(i), int(f), k, None if t is None else float(t), *_corners(box))
+                for (i, f, k, t), box in zip(rows, where, strict=True)
             ),
         )
         self._put_vectors([int(r[0]) for r in rows], vectors)
@@ -246,3 +243,8 @@ class ItemsTable(FilesTable):
     def clear_embeddings(self) -> int:
         self._dying_all = True
         return self._conn.execute("DELETE FROM embeddings").rowcount
+
+
+def _corners(box: Sequence[float] | None) -> tuple[float | None, ...]:
+    """A box's x0, y0, x1, y1 as the items table stores them (None: no box)."""
+    return (None,) * 4 if box is None else tuple(float(v) for v in box)

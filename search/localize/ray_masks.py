@@ -64,8 +64,10 @@ def mask_item(
     t2 = time.perf_counter()
     # Small regions segmented again on crops (refine.py), as a local `--mask` does; a frame
     # is already decoded at full size.
-    crops = image_loader(item.path) if item.time is None else (lambda _draft: image)
-    res = mask_of(model, prompt, features, size, cond, crops, item.region)  # as a local one
+    loader = image_loader(item.path) if item.time is None else (lambda _draft: image)
+    # As a local one: the hit's region is the first crop, and the crops' passes are rounded
+    # as masking.crop_passes rounds them (an actor keeps no store).
+    res = mask_of(model, prompt, features, size, cond, loader, item.region, crops=_rounded_pass)
     values = hit_values(res)
     labelled = LabelledImage(
         item.id,
@@ -84,6 +86,10 @@ def mask_item(
     spent["vision"] += t2 - t1
     spent["decoder"] += t3 - t2
     return Outcome(item.id, values, piece)
+
+
+def _rounded_pass(_box, compute):
+    return rounded(compute())
 
 
 class MaskActor:
