@@ -94,6 +94,8 @@ def test_status_counts_the_files_of_each_kind(env, shapes):
     frames = kinds["video"]["frames"] + kinds["animation"]["frames"]
     assert f"sampled ({frames} frames embedded)" in summary
     assert (info["videos"], info["frames"]) == (1, kinds["video"]["frames"])
+    with IndexStore.open(env["index"], write=False) as store:  # photos by subtraction, or read
+        assert store.catalog.kind_counts("photo") == store.catalog.kind_counts()
     table = run("status").stdout.splitlines()
     assert "photos     6" in table
     assert f"videos     1 ({kinds['video']['frames']} frames)" in table

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wherein.indexer.store.catalog import Catalog
 from wherein.indexer.store.index_store import IndexStore
 
 
@@ -117,7 +118,7 @@ def index_status(store: IndexStore) -> IndexStatus:
         vectors_current=current,
         disk_bytes=store.disk_usage(),
         vector_file=cat.vector_file_usage(),
-        kinds=kind_counts(cat.kind_counts()),
+        kinds=kind_counts(cat),
         video_damage=[{"path": p, "damage": d} for p, d in cat.video_damage()],
         regions=cat.get_meta("regions"),
         photos_cut=cut,
@@ -125,12 +126,14 @@ def index_status(store: IndexStore) -> IndexStatus:
     )
 
 
-def kind_counts(found: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+def kind_counts(cat: Catalog) -> dict[str, dict[str, int]]:
     """Every registered kind's counts (zeros where the index has none of it; a timed kind
     with frames and incomplete), in the order wherein lists kinds, then any kind the catalog
     names that this wherein does not know."""
     from wherein.indexer.kinds.registry import kinds
 
+    untimed = [k.name for k in kinds() if not k.timed]
+    found = cat.kind_counts(untimed[0] if len(untimed) == 1 else None)
     out = {}
     for k in reversed(kinds()):  # photo first, as registry.reads() lists them
         zero = {"files": 0, "frames": 0, "incomplete": 0} if k.timed else {"files": 0}

@@ -176,30 +176,39 @@ class VideosTable(ItemsTable):
             "damaged": damaged,
         }
 
-    def kind_counts(self) -> dict[str, dict[str, int]]:
+    def kind_counts(self, rest: str | None = None) -> dict[str, dict[str, int]]:
         """Per media kind the catalog names (images.kind): its files; for a kind with
         videos rows (a timed kind: a video, an animation) also its frame items and the files
-        a stopped run left incomplete."""
-        out: dict[str, dict[str, int]] = {
-            str(k): {"files": n}
-            for k, n in self._conn.execute(
-                f"SELECT {self._kind}, count(*) FROM images i GROUP BY 1"
+        a stopped run left incomplete. rest: the kind of every file without a videos row,
+        when only one kind can be (the registry's one untimed kind, a photo): they are
+        counted as the files less the timed ones, from the small videos table, instead of
+        reading every row of images (about 10x the cost of counting them)."""
+        out: dict[str, dict[str, int]] = {}
+        timed = 0
+        if self.has_videos():
+            rows = self._conn.execute(
+                f"SELECT {self._kind}, count(*), coalesce(sum(v.complete = 0), 0) "
+                "FROM videos v JOIN images i ON i.id = v.image_id GROUP BY 1"
             )
-        }
-        if not self.has_videos():
+            for k, n, incomplete in rows:
+                out[str(k)] = {"files": n, "frames": 0, "incomplete": incomplete}
+                timed += n
+            frames = self._conn.execute(
+                f"SELECT {self._kind}, count(*) FROM items it JOIN images i "
+                "ON i.id = it.image_id WHERE it.kind = 'frame' GROUP BY 1"
+            )
+            for k, n in frames:
+                out.setdefault(str(k), {"files": 0, "incomplete": 0})["frames"] = n
+        if rest is not None:
+            others = self._conn.execute("SELECT count(*) FROM images").fetchone()[0] - timed
+            if others:
+                out.setdefault(rest, {"files": 0})["files"] += others
             return out
-        timed = self._conn.execute(
-            f"SELECT {self._kind}, count(*), coalesce(sum(v.complete = 0), 0) "
-            "FROM videos v JOIN images i ON i.id = v.image_id GROUP BY 1"
-        )
-        for k, _, incomplete in timed:
-            out.setdefault(str(k), {"files": 0}).update(frames=0, incomplete=incomplete)
-        frames = self._conn.execute(
-            f"SELECT {self._kind}, count(*) FROM items it JOIN images i ON i.id = it.image_id "
-            "WHERE it.kind = 'frame' GROUP BY 1"
-        )
-        for k, n in frames:
-            out.setdefault(str(k), {"files": 0, "incomplete": 0})["frames"] = n
+        where = " WHERE i.id NOT IN (SELECT image_id FROM videos)" if self.has_videos() else ""
+        for k, n in self._conn.execute(
+            f"SELECT {self._kind}, count(*) FROM images i{where} GROUP BY 1"
+        ):
+            out.setdefault(str(k), {"files": 0})["files"] += n
         return out
 
     def video_damage(self) -> list[tuple[str, str]]:
