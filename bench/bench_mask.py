@@ -1,6 +1,7 @@
 """CLIPSeg mask cost on 12-megapixel photos: per-hit split, k hits, a second prompt, CLI and web.
 
     python bench/bench_mask.py [--full] [--work DIR] [--reps 3] [--k 10] [--out bench/results/mask.md]
+        [--only web|refine|cost] [--models standin,fp32,int8]
 
 1. Stand-in graphs (tiny; they measure the host pipeline: decode, preprocessing,
    token lookup, postprocess, PNG + JPEG writing).
@@ -18,6 +19,10 @@ Photos are synthetic 4032x3024 JPEGs (camera size). Per model:
   preview overlay); for comparison, the previous postprocess (stretch the map to
   4032x3024, threshold, label pixels) and a full-size overlay;
 - k hits through `add_masks_to_hits` (what `search --mask` adds), vision cache empty;
+- the coarse-to-fine refinement's cost beside those k masks: the whole pass only, the
+  refinement as each hit's map triggers it, forced to one crop per hit, and another prompt
+  with the crop passes on disk (vision passes counted; passes added per hit, wall and CPU ms
+  per added pass); `--only cost --models int8` runs just these and the per-hit split;
 - a second prompt on hits already masked (vision passes cached in memory), and a third as a
   new process has it (vision passes read from INDEX/cache/vision);
 - `wherein search red -k K --mask` as a fresh process (imports, model load, search, masks),
