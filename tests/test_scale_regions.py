@@ -129,3 +129,10 @@ def test_region_shards_give_a_plain_index_regions(env, photos, tmp_path):
     assert tiled(tmp_path / "idx")[1:] == ((7, regions), 0)
     assert run("status", "--check", "--index", tmp_path / "idx").exit_code == 0
     same_search(tmp_path / "local", tmp_path / "idx", F16)
+    # A later `wherein index` into it (vectors.f16 beside the catalog's) cuts a new photo.
+    img = Image.open(photos / "speck.png").transpose(Image.Transpose.FLIP_TOP_BOTTOM)
+    img.save(photos / "flipped.png")
+    report = json.loads(run("index", photos, "--index", tmp_path / "idx", "--json").stdout)
+    assert (report["embedded"], report["photos_cut"], report["regions"]) == (1, 0, 1)
+    assert run("status", "--check", "--index", tmp_path / "idx").exit_code == 0
+    assert any(k.startswith("flipped.png|[") for k in found(tmp_path / "idx", "red", "--frames"))
