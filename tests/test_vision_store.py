@@ -209,3 +209,29 @@ def test_cli_select_mask_keeps_passes_in_the_index_cache(env, shapes, tmp_path):
     assert {Path(h["path"]).name for h in hits} == {"red_square.jpg", "red_disc.png"}
     stored = list((env["index"] / "cache" / VISION_DIR).glob("*/*.npy"))
     assert len(stored) == len(hits)
+
+
+def test_a_kept_pass_is_half_the_bytes_and_masks_to_the_bit(standin_models, photos):
+    """A vision pass is kept (in memory, as on disk) in float16: half a float32 pass, and the
+    decoder's map from it equals, bit for bit, its map from the float32 pass rounded to the
+    stored precision, which is what every mask path has always used."""
+    from PIL import Image
+
+    from wherein.indexer.models.clipseg import Features
+    from wherein.search.localize.masking import seen_image
+
+    draw(photos)
+    model, _ = fresh_model(standin_models)
+    image = Image.open(photos[1]).convert("RGB")
+    raw = model.image_features(image).in_slot_order()
+    seen = seen_image(model, image, image.size)
+    kept = seen.features.in_slot_order()
+    assert [t.dtype for t in kept] == [np.float16] * 3
+    assert 2 * sum(t.nbytes for t in kept) == sum(np.asarray(t, np.float32).nbytes for t in raw)
+    at_stored_precision = Features(
+        *(np.float32(t).astype(np.float16).astype(np.float32) for t in raw)
+    )
+    for prompt in ("red", "blue"):
+        cond = model.encode_prompt(prompt)
+        want = model.decode(at_stored_precision, cond)
+        assert np.array_equal(model.decode(seen.features, cond), want)

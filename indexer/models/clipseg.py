@@ -332,7 +332,9 @@ class ClipSeg:
     def logits(self, features: Features, cond: np.ndarray) -> np.ndarray:
         """[352,352] decoder logits; inputs bound as args_0..3 = t3, t6, t9, cond."""
         cond = np.asarray(cond, dtype=np.float32).reshape(1, CLIPSEG_TEXT_WIDTH)
-        (out,) = self.decoder.run(*features.in_slot_order(), cond)
+        # A kept pass may be float16 (search/cache/vision_store.rounded): widened exactly.
+        slots = [np.asarray(t, dtype=np.float32) for t in features.in_slot_order()]
+        (out,) = self.decoder.run(*slots, cond)
         return np.asarray(out, dtype=np.float32).reshape(CLIPSEG_IMAGE_SIZE, CLIPSEG_IMAGE_SIZE)
 
     def decode(self, features: Features, cond: np.ndarray) -> np.ndarray:

@@ -112,21 +112,58 @@ def _bytes_to_unicode() -> dict[int, str]:
     return dict(zip(bs, [chr(c) for c in cs], strict=True))
 
 
+class _Table:
+    """A read-only str -> int map kept as one sorted array of UTF-8 keys and one of values
+    (a binary search per look-up): ~3 MB where a dict of the same 49k str keys, their ints
+    and a tuple of two more strs per merge took ~25 MB of a server's heap. Of keys given
+    twice the last one's value holds, as in a dict built in the same order."""
+
+    _END = b"\xff"  # never in UTF-8: ends every key, so numpy's 'S' type strips no NUL of it
+
+    def __init__(self, keys: list[str]) -> None:
+        enc = np.array([k.encode("utf-8") + self._END for k in keys], dtype=np.bytes_)
+        order = np.argsort(enc, kind="stable")  # equal keys stay in their given order
+        enc = enc[order]
+        last = np.ones(len(enc), dtype=bool)
+        last[:-1] = enc[1:] != enc[:-1]
+        self._keys = enc[last]
+        self._values = order[last].astype(np.int32)
+
+    def get(self, key: str) -> int | None:
+        k = key.encode("utf-8") + self._END
+        i = int(np.searchsorted(self._keys, k))
+        if i < len(self._keys) and self._keys[i] == k:
+            return int(self._values[i])
+        return None
+
+    def __getitem__(self, key: str) -> int:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+
 class ClipBPE:
-    """open_clip's SimpleTokenizer.encode (content ids only), without torch."""
+    """open_clip's SimpleTokenizer.encode (content ids only), without torch.
+
+    Its vocabulary and merge ranks are sorted tables (_Table), not dicts: a long-lived
+    process (the web app's masks) keeps them, and a prompt looks up a few dozen entries."""
 
     def __init__(self, bpe_path: Path) -> None:
         import regex
 
+        n = 49152 - 256 - 2  # the merges open_clip uses, after the file's header line
         with gzip.open(bpe_path) as f:
-            merges_text = f.read().decode("utf-8").split("\n")
-        merges = [tuple(m.split()) for m in merges_text[1 : 49152 - 256 - 2 + 1]]
+            # maxsplit: the file holds 262k lines; splitting all of them left ~7 MB of freed
+            # small strings in the heap of a long-lived process
+            merges = [m.split() for m in f.read().decode("utf-8").split("\n", n + 1)[1 : n + 1]]
         vocab = list(_bytes_to_unicode().values())
         vocab = vocab + [v + "</w>" for v in vocab] + ["".join(m) for m in merges]
         specials = ["<start_of_text>", "<end_of_text>"]
         vocab.extend(specials)
-        self.encoder = {v: i for i, v in enumerate(vocab)}
-        self.ranks = {m: i for i, m in enumerate(merges)}
+        self.encoder = _Table(vocab)
+        # A merge (a, b) is keyed "a b": no BPE symbol holds a space (bytes_to_unicode).
+        self.ranks = _Table([" ".join(m) for m in merges])
         self.cache: dict[str, str] = {t: t for t in specials}
         self.byte_encoder = _bytes_to_unicode()
         self.pat = regex.compile(
@@ -134,14 +171,19 @@ class ClipBPE:
             regex.IGNORECASE,
         )
 
+    def _rank(self, pair: tuple[str, str]) -> float:
+        rank = self.ranks.get(f"{pair[0]} {pair[1]}")
+        return math.inf if rank is None else rank
+
     def _bpe(self, token: str) -> str:
         if token in self.cache:
             return self.cache[token]
         word = (*token[:-1], token[-1] + "</w>")
         while len(word) > 1:
             pairs = {(a, b) for a, b in zip(word[:-1], word[1:], strict=True)}
-            best = min(pairs, key=lambda p: self.ranks.get(p, math.inf))
-            if best not in self.ranks:
+            ranked = {p: self._rank(p) for p in pairs}
+            best = min(pairs, key=ranked.__getitem__)
+            if ranked[best] == math.inf:
                 break
             merged, i = [], 0
             while i < len(word):

@@ -54,8 +54,13 @@ __all__ = [
 
 _CATALOG_ID = re.compile(r"^id:(\d+)$")
 MAX_PROMPT_CHARS = 200
-FEATURE_CACHE = 8  # images whose vision pass a session keeps: ~4.5 MB of t3/t6/t9 + a preview each
-RECENT_RESULTS = 16  # masks (352 maps, ~0.5 MB each) whose photo-size PNG can still be made cheaply
+# Images whose vision pass a session keeps in memory: ~2.2 MB of float16 t3/t6/t9 and a
+# preview each. With the index's vision store (on disk, every pass, keyed by content) a
+# pass missed here costs a photo decode and a 2 MB read, not a vision pass: keep the few
+# a person is looking at. Without it (a read-only index), more.
+FEATURE_CACHE = 2
+FEATURE_CACHE_UNSTORED = 8
+RECENT_RESULTS = 4  # masks (352 maps, ~0.5 MB each) whose photo-size PNG can still be made cheaply
 IMAGE_LOCK_STRIPES = 64
 
 
@@ -233,7 +238,7 @@ class MaskSession:
         self.kept = KeptMasks(cache_dir, on_added)
         self.decoder_runs = 0
         self.prefetched = 0  # masks made ahead of being asked for
-        self._seen = VisionCache(FEATURE_CACHE)
+        self._seen = VisionCache(FEATURE_CACHE if store is not None else FEATURE_CACHE_UNSTORED)
         self._results: OrderedDict[str, Any] = OrderedDict()  # key -> MaskResult, recent ones
         self._lock = threading.Lock()
         # Striped by hash: a lock per image ever masked would grow with the index.
