@@ -228,6 +228,13 @@ class Searcher:
             raise QueryError(f"the terms of {str(q)!r} cancel out: nothing left to search for")
         return QueryVectors(full, text)
 
+    def stamp(self) -> tuple:
+        """What a search's answer depends on besides its request: the catalog's commits (made
+        by any other process) and the vectors searched. Equal stamps, equal answers."""
+        with self._lock:
+            cat, vectors = self.store.catalog, self.store.vectors
+            return (cat.data_version, cat.generation, vectors.ntotal, vectors.damaged)
+
     def unencoded(self, query: Query) -> list[str]:
         """The prompts of the query's text terms whose vectors are not kept: what a search
         for it would run the text tower on."""

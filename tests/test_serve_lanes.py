@@ -97,3 +97,55 @@ def test_thumbnails_and_masks_run_below_searches(index, standin_models):
     lowered = min(MAX_NICE, base + BACKGROUND_NICE)
     assert seen["search"] == (base, 1)
     assert seen["decode"][0] == lowered and seen["mask"][0] == lowered
+
+
+def test_a_repeated_search_reuses_its_answer_until_the_index_or_a_file_changes(
+    standin_models, tmp_path
+):
+    """A page turn, or the same query again, answers from the search already made, with its
+    files looked at again; once another process commits to the index, it searches anew."""
+    for i, colour in enumerate(["red", "red", "blue", "red"]):
+        draw_shape(tmp_path / "photos" / f"{i}-{colour}.png", colour, size=(320, 240))
+
+    def index() -> None:
+        r = CliRunner().invoke(
+            cli,
+            ["index", str(tmp_path / "photos"), "--index", str(tmp_path / "index")]
+            + ["--models", str(standin_models), "-q"],
+        )
+        assert r.exit_code == 0, r.output
+
+    index()
+    app = create_app(tmp_path / "index", standin_models, prefetch_masks=0)
+    searcher = app.state.wherein.searcher
+    real_search, runs = searcher.search, []
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real_search(*args, **kwargs)
+
+    searcher.search = counted
+    with TestClient(app, base_url=BASE) as client:
+
+        def page(n: int, per_page: int = 2) -> list[dict]:
+            r = client.get("/api/search", params={"q": "red", "page": n, "per_page": per_page})
+            assert r.status_code == 200
+            return r.json()["hits"]
+
+        first, second = page(1), page(2)
+        assert len(runs) == 1  # the second page is cut from the same answer
+        assert {h["id"] for h in first}.isdisjoint(h["id"] for h in second)
+        assert all(h["exists"] for h in first + second)
+
+        gone = first[0]["path"]
+        Path(gone).unlink()
+        again = page(1)
+        assert len(runs) == 1
+        assert [h["id"] for h in again] == [h["id"] for h in first]
+        assert [h["exists"] for h in again] == [False, True]
+
+        draw_shape(tmp_path / "photos" / "4-red.png", "red", size=(330, 240))
+        index()  # another connection commits: the next search sees the new photo
+        after = page(1, per_page=10)
+        assert len(runs) == 2
+        assert str(tmp_path / "photos" / "4-red.png") in [h["path"] for h in after]

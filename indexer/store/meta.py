@@ -32,6 +32,12 @@ class MetaTable(CatalogBase):
     def generation(self) -> int:
         return int(self.get_meta("generation", 0))
 
+    @property
+    def data_version(self) -> int:
+        """SQLite's PRAGMA data_version: it changes whenever another connection commits, so
+        while it holds, whatever this connection read is still what the catalog says."""
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
     def bump_generation(self) -> int:
         gen = self.generation + 1
         self.set_meta("generation", gen)

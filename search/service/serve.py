@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from wherein.search.cache.vision_store import VISION_DIR, VisionStore
 from wherein.search.service import DEFAULT_PREFETCH_MASKS
 from wherein.search.service.lanes import background_pool, search_pool
 from wherein.search.service.mask import MaskSession
+from wherein.search.service.recent import Recent
 from wherein.search.service.search import (
     MODEL_TEMPLATE,
     SearchRequest,
@@ -53,6 +55,8 @@ __all__ = [
     "VideoFile",
 ]
 
+# Answers a session keeps for their request (a block of up to 200 hits, ~0.3 MB each).
+RECENT_SEARCHES = 16
 THUMB_SIDE = 384  # grid tiles are ~200 CSS px: sharp on 2x screens
 PREVIEW_SIDE = 1600
 # Threads for the heavy work (decoding a photo for a thumbnail or preview; a search, whose
@@ -135,6 +139,7 @@ class ServeSession:
             store=VisionStore(self.cache_dir / VISION_DIR, self.janitor) if writable else None,
         )
         self._folders: tuple[tuple, list[dict]] | None = None
+        self._recent: Recent[tuple, SearchResult] = Recent(RECENT_SEARCHES)
 
     def close(self) -> None:
         # The mask worker reads catalog rows (its guesses resolve hits): it stops first, and
@@ -151,11 +156,22 @@ class ServeSession:
     # -- search --------------------------------------------------------------------------------
     def search(self, request: SearchRequest) -> SearchResult:
         """One search, in its lanes: a text not encoded lately is encoded first on the
-        encoding thread, then the search runs on the search threads."""
+        encoding thread, then the search runs on the search threads.
+
+        The same request again while the index is unchanged (a page turn: pages are cut
+        from one block of hits; going back to a query) reuses the answer, its files'
+        existence looked at again: what a new search would answer, without its work."""
+        stamp = self.searcher.stamp()  # before the search: a commit during it is a new stamp
+        kept = self._recent.get((request, stamp))
+        if kept is not None:
+            return _rechecked(kept, request.check_exists)
         new = self.searcher.unencoded(request.parsed)
         if new:
             self.encoding.submit(self.searcher.encode_ahead, new).result()
-        return self.searching.submit(search_service, self.searcher, request).result()
+        result = self.searching.submit(search_service, self.searcher, request).result()
+        if request.mask is None and request.export is None:  # an answer only, nothing written
+            self._recent.put((request, stamp), result)
+        return result
 
     # -- files ---------------------------------------------------------------------------------
     def indexed(self, file_id: int, time: float | None = None) -> IndexedFile:
@@ -271,6 +287,19 @@ class ServeSession:
             },
         )
         return info
+
+
+def _rechecked(result: SearchResult, check_exists: bool) -> SearchResult:
+    """A kept answer as a search now gives it: each hit's file looked at again."""
+    t0 = time.perf_counter()
+    hits = (
+        [h.replace(exists=os.path.exists(h.path)) for h in result.hits]
+        if check_exists
+        else result.hits
+    )
+    ms = (time.perf_counter() - t0) * 1e3
+    timings = {"sync_ms": 0.0, "encode_ms": 0.0, "ann_ms": 0.0, "join_ms": ms, "total_ms": ms}
+    return replace(result, hits=hits, timings={**timings, "reused": 1.0})
 
 
 def _count(folder: Path, pattern: str) -> int:
