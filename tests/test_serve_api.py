@@ -222,7 +222,8 @@ def test_unexpected_errors_are_500_without_traceback(served, monkeypatch):
     c = TestClient(
         served.client.app, base_url=BASE, raise_server_exceptions=False
     )  # no `with`: keep the app open
-    r = c.get("/api/search", params={"q": "red"})
+    # A query this module never asked: an answer kept from an earlier test runs no search.
+    r = c.get("/api/search", params={"q": "red", "camera": "never asked"})
     assert r.status_code == 500
     assert r.json() == {
         "error": "internal error: the details are in the server's log",
