@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from cli_run import run
@@ -15,6 +16,7 @@ from PIL import Image
 from test_regions import SPECK, draw_photos
 
 from wherein.indexer.store.index_store import IndexStore
+from wherein.schemas.records import BUILD_INDEX_SCHEMA_PATH, EMBED_RUN_SCHEMA_PATH
 
 pytestmark = pytest.mark.scale
 
@@ -59,6 +61,8 @@ def test_build_index_of_region_shards_searches_as_index_regions(env, photos, tmp
     built = json.loads(run("build-index", tmp_path / "emb", "--index", tmp_path / "built",
                            "--rescore", "float32", "--json").stdout)  # fmt: skip
     assert built["regions"] == out["tiling"] and built["region_items"] == out["regions"]
+    for doc, schema in ((out, EMBED_RUN_SCHEMA_PATH), (built, BUILD_INDEX_SCHEMA_PATH)):
+        jsonschema.Draft202012Validator(json.loads(schema.read_text())).validate(doc)
     assert tiled(tmp_path / "built") == tiled(tmp_path / "local")
     same_search(tmp_path / "local", tmp_path / "built")
     (speck,) = [h for h in found(tmp_path / "built", "red").values() if "speck" in h["path"]]
