@@ -230,7 +230,11 @@ class Refiner:
             for tile in slice_boxes(size):
                 regions += in_crop(small_boxes(self.prob(tile), _size(tile)), tile)
         crops = merge_boxes([crop_box(b, size) for b in regions[:MAX_CROPS]])
-        out += [Refinement(c, self.prob(c), level=2) for c in crops]
+        # The largest crop first: a loader that ignores the draft size (a video's frame, a
+        # PNG) then decodes once, in full, for all of them (image_for).
+        largest = sorted(crops, key=lambda c: (-min(_size(c)), c))
+        probs = {c: self.prob(c) for c in largest}
+        out += [Refinement(c, probs[c], level=2) for c in crops]
         return out
 
 

@@ -106,3 +106,20 @@ def test_a_kept_crop_pass_serves_another_prompt_on_the_same_photo():
     assert [r.box for r in again] == [r.box for r in first]
     for a, b in zip(first, again, strict=True):
         assert np.array_equal(a.prob, b.prob)
+
+
+def test_a_loader_that_ignores_the_draft_size_decodes_once():
+    # A video's frame (or a PNG) comes back in full whatever reduction a crop asks for: the
+    # crops of a small and of a larger square share that one decode.
+    img = photo(SPOTS[0])
+    ImageDraw.Draw(img).rectangle((1500, 900, 1899, 1299), fill=(230, 20, 20))
+    model, loads = RedModel(), []
+
+    def load(_draft):
+        loads.append(1)
+        return img
+
+    prob = model.decode(model.image_features(img), None)
+    refinements = Refiner(model, None, img.size, load).refine(prob)
+    assert len(refinements) == 2
+    assert len(loads) == 1
