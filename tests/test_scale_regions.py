@@ -140,3 +140,49 @@ def test_region_shards_give_a_plain_index_regions(env, photos, tmp_path):
     assert (report["embedded"], report["photos_cut"], report["regions"]) == (1, 0, 1)
     assert run("status", "--check", "--index", tmp_path / "idx").exit_code == 0
     assert any(k.startswith("flipped.png|[") for k in found(tmp_path / "idx", "red", "--frames"))
+
+
+def test_a_resumed_embed_cuts_as_its_plan_says(env, photos, tmp_path):
+    """A plan made when another tiling was the default (pyramid-v1) is resumed with that
+    tiling, as an index keeps cutting with the tiling it names; one this wherein does not
+    know is refused."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from wherein.indexer.kinds.registry import named
+    from wherein.indexer.models.modeldir import ModelDir
+    from wherein.indexer.models.registry import entry_for
+    from wherein.indexer.regions import DEFAULT_TILING, TILINGS
+
+    emb = tmp_path / "emb"
+    run("embed", photos, "--out", emb, "--regions", "-q")
+    plan = json.loads((emb / "plan.json").read_text())
+    assert plan["tiling"] == DEFAULT_TILING.name
+    shutil.rmtree(emb / "shards")  # as if no shard was done yet, under an older plan
+    (emb / "shards").mkdir()
+    (emb / "plan.json").write_text(json.dumps({**plan, "tiling": "pyramid-v1"}))
+    out = json.loads(run("embed", photos, "--out", emb, "--regions", "--json").stdout)
+    assert out["tiling"] == "pyramid-v1"
+    rows = pq.read_table(emb / "shards" / "shard-00000.parquet").to_pylist()
+    got = {}
+    for r in rows:
+        got.setdefault(Path(r["uri"]).name, []).append(
+            None if r["x0"] is None else (r["x0"], r["y0"], r["x1"], r["y1"])
+        )
+    spec = entry_for(ModelDir(env["models"])).spec.image
+
+    def boxes(name: str, tiling) -> list:
+        """The whole view, then its regions in the shards' order (by box)."""
+        res = named("photo").prepare((photos / name).read_bytes(), spec, True, 0, tiling)
+        return [None, *sorted(loc.box for loc, _ in res.items if loc.box is not None)]
+
+    assert got == {name: boxes(name, TILINGS["pyramid-v1"]) for name in got}
+    assert any(got[name] != boxes(name, DEFAULT_TILING) for name in got)
+    # A tiling from a newer wherein: one line, nothing embedded.
+    shutil.rmtree(emb / "shards")
+    (emb / "shards").mkdir()
+    (emb / "plan.json").write_text(json.dumps({**plan, "tiling": "pyramid-v99"}))
+    res = run("embed", photos, "--out", emb, ok=False)
+    assert res.exit_code != 0 and "newer wherein" in res.output and "Traceback" not in res.output
+    assert not list((emb / "shards").iterdir())

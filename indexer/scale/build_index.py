@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer.normalize import unit_rows
+from wherein.indexer.regions import TILINGS
 from wherein.indexer.scale import ivf_fill
 from wherein.indexer.scale import shards as S
 from wherein.indexer.scale.catalog_fill import fill_catalog
@@ -262,7 +263,8 @@ def _regions_setting(cat: Catalog, es: EmbedSet, out: Path, say) -> str | None:
     --regions are refused (into an index with regions, or beside shards with them), before
     anything is written. Shards with regions give an index without them the setting, as
     `wherein index --regions` does; its earlier photos are cut by a later `wherein index`
-    of their folders."""
+    of their folders. An index keeps the tiling it names: shards cut by another are kept as
+    they were cut (the tiled table names each photo's tiling)."""
     held = cat.get_meta("regions")
     cut = _regions_agree(es, None if held is None else out)
     if not cut:
@@ -286,6 +288,13 @@ def _regions_agree(es: EmbedSet, index: Path | None) -> str | None:
         raise S.ShardError(
             f"{plain[0]}: embedded without --regions, but {why}; run `wherein embed "
             "--regions` into a new --out for it, so that every photo of the index has regions"
+        )
+    unknown = [(d, t) for d, t in cut if t not in TILINGS]
+    if unknown:
+        raise S.ShardError(
+            f"{unknown[0][0]}: its photos were cut into regions with tiling {unknown[0][1]!r}, "
+            f"which this wherein does not know (it knows {', '.join(TILINGS)}): it was "
+            "embedded by a newer wherein"
         )
     return cut[0][1] if cut else None
 

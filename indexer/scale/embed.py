@@ -23,7 +23,7 @@ from wherein.indexer.kinds.registry import named
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.registry import entry_for
 from wherein.indexer.paths import make_folder
-from wherein.indexer.regions import DEFAULT_TILING, Tiling
+from wherein.indexer.regions import DEFAULT_TILING, TILINGS, Tiling
 from wherein.indexer.scale import records, shards
 from wherein.indexer.scale.sources import list_items, local_path
 
@@ -129,7 +129,7 @@ def embed(
         entry_for(models).key,
         DEFAULT_TILING.name if regions else None,
     )
-    tiling = tiling_named(plan.tiling)
+    tiling = plan_tiling(plan.tiling)
     stats.tiling = plan.tiling
     # A resumed run samples as the first one did (open_plan refuses other settings).
     frames = FrameSettings(plan.sampling["frame_every"], plan.sampling["max_frames"], frames.chunk)
@@ -177,14 +177,16 @@ def embed(
     return stats
 
 
-def tiling_named(name: str | None) -> Tiling | None:
-    """The tiling a plan names (None: no regions); only the current one can cut."""
-    if name is None or name == DEFAULT_TILING.name:
-        return None if name is None else DEFAULT_TILING
-    raise shards.ShardError(
-        f"the plan cuts photos by the tiling {name}, which this wherein does not cut any more "
-        f"({DEFAULT_TILING.name}); use a new --out"
-    )
+def plan_tiling(name: str | None) -> Tiling | None:
+    """The tiling a plan names (None: no regions): a resumed run cuts as its first did."""
+    if name is None:
+        return None
+    if name not in TILINGS:
+        raise shards.ShardError(
+            f"the plan cuts photos into regions with tiling {name!r}, which this wherein does "
+            f"not know (it knows {', '.join(TILINGS)}): it was made by a newer wherein"
+        )
+    return TILINGS[name]
 
 
 def row_of(item_id: int, uri: str, res: Prepared, vector: np.ndarray | None) -> dict:

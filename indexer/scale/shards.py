@@ -222,8 +222,8 @@ def open_plan(
     """Load the plan of an earlier run (resume) or list the sources and fix a new one. (plan, resumed).
     sampling: how videos are sampled (frame_every, max_frames), fixed by the first run too.
     tiling: cut large photos into regions by the tiling of that name (`embed --regions`);
-    a resumed run keeps the plan's, and asking for regions a plan was made without, or
-    another tiling than the plan's, is refused."""
+    a resumed run keeps the plan's tiling (even where today's default is another), and
+    asking for regions a plan was made without is refused."""
     import pyarrow as pa
 
     side = out / PLAN_JSON
@@ -249,9 +249,8 @@ def open_plan(
                     f"{out}: was planned with {flag} {planned[key]:g}; use it or a new --out"
                 )
         cut = meta.get("tiling")
-        if tiling is not None and cut != tiling:
-            how = f"with the tiling {cut}" if cut else "without --regions"
-            raise ShardError(f"{out}: was planned {how}; use a new --out for {tiling} regions")
+        if tiling is not None and cut is None:
+            raise ShardError(f"{out}: was planned without --regions; use a new --out for them")
         return Plan(
             out,
             meta["shard_size"],
