@@ -14,7 +14,9 @@ counted as an error and listed. Prints latency percentiles per kind of request a
 writes the table to bench/results/serve.md when --write is given. With --rounds N the
 load runs N times over one server, and the server's resident memory (VmRSS, and its
 peak VmHWM, from /proc) is sampled before the first round and after each: a server
-whose memory is bounded stops growing after the first.
+whose memory is bounded stops growing after the first. The server's CPU time in each round
+(/proc/PID/stat) is printed beside it, and a search's own time in the server
+(`timings.total_ms`) beside its latency: what a search waited, and what it cost.
 
 --default-path DIR measures the path a user's `wherein serve` takes after `wherein models
 pull`: full-size SigLIP 2 towers as LiteRT graphs (the int8 image tower, the fp32 text
@@ -156,6 +158,8 @@ def run_load(port: int, ids: list[int], clients: int, requests: int, seconds: fl
             with lock:
                 if status == 200 and body:
                     latencies[kind].append(dt)
+                    if kind == "search":  # the server's own time for it, queueing excluded
+                        latencies["search_server"].append(json.loads(body)["timings"]["total_ms"])
                 else:
                     errors.append(f"{url}: {status} {body[:120]!r}")
 
@@ -178,6 +182,12 @@ def rss_mb(pid: int) -> tuple[float, float, float, float]:
         if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             fields[key] = int(value.split()[0]) / 1024
     return fields["VmRSS"], fields["VmHWM"], fields["RssAnon"], fields["RssFile"]
+
+
+def cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user + system, /proc/PID/stat), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def maps_torch(pid: int) -> bool:
@@ -284,10 +294,12 @@ def main() -> None:
         assert status == 200, body[:200]
         ids = [h["id"] for h in json.loads(body)["hits"]]
         memory = [rss_mb(server.pid)]
+        cpu = [cpu_s(server.pid)]
         rounds = []
         for _ in range(args.rounds):
             rounds.append(run_load(port, ids, args.clients, args.requests, args.seconds))
             memory.append(rss_mb(server.pid))
+            cpu.append(cpu_s(server.pid))
         torch_mapped = maps_torch(server.pid)
         result = merge(rounds)
         cache = json.loads(warm.get("/api/status")[1])["cache"]
@@ -300,6 +312,7 @@ def main() -> None:
                 server.kill()
         shutil.rmtree(work, ignore_errors=True)
 
+    server_ms = result["latencies"].pop("search_server", [])
     done = sum(len(v) for v in result["latencies"].values())
     rows = []
     for kind in KINDS:
@@ -316,9 +329,16 @@ def main() -> None:
         + (f" --models {args.models}" if args.models else "")
         + (f" --default-path {args.default_path}" if args.default_path else "")
     )
+    if server_ms:
+        p = percentiles(server_ms)
+        rows.append(
+            f"| search, in the server (`timings.total_ms`) | {p['n']} | {p['p50']:.1f} | "
+            f"{p['p90']:.1f} | {p['p95']:.1f} | {p['p99']:.1f} | {p['max']:.1f} |"
+        )
     curve = [
         f"| {i} | {i * args.requests if i else 0} | {rss:.0f} | {peak:.0f} | {anon:.0f} | "
-        f"{file:.0f} |"
+        f"{file:.0f} | {cpu[i] - cpu[i - 1] if i else cpu[0]:.1f} | "
+        f"{rounds[i - 1]['wall_s'] if i else 0:.1f} |"
         for i, (rss, peak, anon, file) in enumerate(memory)
     ]
     if args.default_path:
@@ -360,8 +380,9 @@ def main() -> None:
             "",
             "Server memory (after the round; round 0: started, one search answered):",
             "",
-            "| round | requests so far | RSS MB | peak RSS MB | anonymous MB | file-backed MB |",
-            "|---|---|---|---|---|---|",
+            "| round | requests so far | RSS MB | peak RSS MB | anonymous MB | file-backed MB "
+            "| server CPU s | wall s |",
+            "|---|---|---|---|---|---|---|---|",
             *curve,
             "",
         ]
