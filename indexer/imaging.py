@@ -99,12 +99,27 @@ def decode(
     draft_size lets libjpeg decode at 1/2..1/8 scale when the result stays at
     least twice draft_size on each side (so the later resize still antialiases).
     """
+    img, size, _ = decode_named(source, draft_size)
+    return img, size
+
+
+# Pillow's names that are another's for a user: a camera's MPO is a JPEG with a second picture.
+_FORMAT_NAMES = {"mpo": "jpeg"}
+
+
+def decode_named(
+    source: str | Path | bytes, draft_size: int | None = None
+) -> tuple[Image.Image, tuple[int, int], str]:
+    """decode's answer and the format its content is in, as Pillow names it in lower case
+    ("jpeg", "png", "webp"; "" when Pillow does not say): what the catalog records, never
+    the name's extension."""
     data = source if isinstance(source, bytes) else None
     if data is not None and not data:
         raise DecodeError("empty file")
     try:
         img: Image.Image = Image.open(io.BytesIO(data) if data is not None else source)
         w, h = img.size
+        fmt = (img.format or "").lower()
         if img.format == "JPEG":
             scale = jpeg_scale(w, h, draft_size)
             if scale > 1:
@@ -120,7 +135,7 @@ def decode(
         img.load()
         # In place: a copy would double the memory of a photo that needs no turning.
         ImageOps.exif_transpose(img, in_place=True)
-        return to_rgb(img), (w, h)
+        return to_rgb(img), (w, h), _FORMAT_NAMES.get(fmt, fmt)
     except DecodeError:
         raise
     except UnidentifiedImageError:
@@ -245,6 +260,9 @@ class Prepared:
     regions: int | None = None
     kind: str = "photo"  # its media kind's name (indexer/kinds), as the catalog stores it
     tiling: str | None = None
+    # Its format by content, as the kind read it ("jpeg", "png", "mp4"; "": not known): a
+    # JPEG named .mp4 is a jpeg, whatever its name says.
+    format: str = ""
 
     @property
     def pixels(self) -> np.ndarray | None:
@@ -282,7 +300,9 @@ def prepare(
         res.error = "empty file"
         return res
     try:
-        img, (res.width, res.height) = decode(data, draft_size=spec.size if draft else None)
+        img, (res.width, res.height), res.format = decode_named(
+            data, draft_size=spec.size if draft else None
+        )
         res.pixels = model_input(img, spec)
         if tiling is not None:
             add_regions(res, data, img, spec, tiling)

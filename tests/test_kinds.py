@@ -60,6 +60,23 @@ def test_a_jpeg_named_mp4_is_indexed_and_found_as_a_photo(env, shapes):
     assert top["path"] in [h["path"] for h in search_json("red", "--kind", "photo")]
 
 
+@pytest.mark.parametrize("engine", ["index", "embed"])
+def test_a_files_format_is_its_contents_not_its_name(env, shapes, tmp_path, engine):
+    """The hit's format says what the file is, in both engines (embed + build-index carry
+    it in the shards): a JPEG named .mp4 is a jpeg, a clip named .jpg an mp4, a WebP a webp."""
+    red_jpeg(shapes / "renamed" / "red.mp4")
+    write_video(shapes / "renamed" / "clip.jpg", lambda t: solid(RED), seconds=1, fmt="mp4")
+    if engine == "index":
+        run("index", shapes, "-q")
+    else:
+        run("embed", shapes, "--out", tmp_path / "emb", "-q")
+        run("build-index", tmp_path / "emb", "-q")
+    formats = {Path(h["path"]).name: h["format"] for h in search_json("red", "-k", "20")}
+    assert formats["red.mp4"] == "jpeg" and formats["red_square.jpg"] == "jpeg", formats
+    assert formats["clip.jpg"] == "mp4", formats
+    assert formats["blue_wide.webp"] == "webp" and formats["green.bmp"] == "bmp", formats
+
+
 def test_a_jpeg_named_mp4_is_served_as_an_image_not_a_video(env, shapes):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient

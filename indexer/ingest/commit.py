@@ -45,7 +45,7 @@ def record(path: str, p: Prepared, model_id: str, now: str) -> dict:
         "sha256": p.sha256,
         "width": p.width,
         "height": p.height,
-        "format": Path(path).suffix.lower().lstrip("."),
+        "format": p.format or Path(path).suffix.lower().lstrip("."),
         "indexed_at": now,
         "model_id": model_id,
         "ctime_ns": _identity(p)[0],

@@ -123,6 +123,7 @@ def probed(res: Prepared, kind: MediaKind, source: Source) -> Prepared:
         res.error = str(exc)
         return res
     res.width, res.height, res.video = info.width, info.height, info
+    res.format = info.container
     res.photo = PhotoMeta(
         taken=info.taken, taken_offset=info.taken_offset, lat=info.lat, lon=info.lon
     )

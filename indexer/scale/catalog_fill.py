@@ -69,8 +69,13 @@ def _when(iso: str | None) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _fmt(uri: str) -> str:
-    name = uri.rsplit(TAR_SEP, 1)[-1]
+def _format(cols: dict, j: int) -> str:
+    """Row j's format by its content as embed read it; from a shard written before that was
+    carried (or a file whose format was not known), its name's extension."""
+    known = cols.get("format")
+    if known and known[j]:
+        return known[j]
+    name = cols["uri"][j].rsplit(TAR_SEP, 1)[-1]
     return os.path.splitext(name)[1].lower().lstrip(".")
 
 
@@ -190,7 +195,7 @@ class _Filler:
             "sha256": cols["sha256"][j],
             "width": cols["width"][j],
             "height": cols["height"][j],
-            "format": _fmt(cols["uri"][j]),
+            "format": _format(cols, j),
             "indexed_at": when,
             "model_id": self.es.model_id,
         }

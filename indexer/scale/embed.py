@@ -198,6 +198,7 @@ def row_of(item_id: int, uri: str, res: Prepared, vector: np.ndarray | None) -> 
         "sha256": res.sha256,
         "width": res.width,
         "height": res.height,
+        "format": res.format,
         "error": res.error,
         "embedding": vector,
         "photo": res.photo.as_dict() if res.photo is not None else None,

@@ -41,7 +41,7 @@ def pool_size(total_cpus: float, actors: int | None, actor_cpus: float | None) -
 
 
 # Every batch a decode task yields has these columns (Ray Data unifies the blocks' schemas).
-_FILE = ("size", "mtime_ns", "sha256", "width", "height", "error")
+_FILE = ("size", "mtime_ns", "sha256", "width", "height", "format", "error")
 _ITEM = ("kind", "t", *VIDEO_FIELDS, *BOX_FIELDS, "regions")
 
 
@@ -253,6 +253,7 @@ def _row(batch: dict, j: int) -> dict:
         "sha256": str(batch["sha256"][j]),
         "width": int(batch["width"][j]),
         "height": int(batch["height"][j]),
+        "format": str(_plain(batch["format"][j]) or "") if "format" in batch else "",
         "error": err,
         "embedding": None if err else batch["embedding"][j],
         "photo": {k: _plain(batch[k][j]) for k in PHOTO_FIELDS if k in batch},

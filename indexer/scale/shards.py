@@ -5,10 +5,10 @@
                                     are sampled (frame_every, max_frames) and the tiling large
                                     photos are cut by (null: no regions): fixed at the first run
       shards/shard-00000.parquet    id, uri, size, mtime_ns, sha256, width, height, embedding,
-                                    photo EXIF, kind, t, a video's metadata, a region's box
-                                    and a photo's region count (one row per item: a photo's
-                                    whole view and each of its regions, each sampled frame
-                                    of a video)
+                                    photo EXIF, kind, t, a video's metadata, a region's box,
+                                    a photo's region count, its format by content (one
+                                    row per item: a photo's whole view and each of its
+                                    regions, each sampled frame of a video)
       shards/shard-00000.errors.parquet   id, uri, size, mtime_ns, reason (failed records)
       shards/shard-00000.done       written last: the shard is complete
       manifest.json                 model_id, space, dim, sampling, tiling, shards with counts
@@ -114,6 +114,7 @@ def shard_schema(dim: int):
             *[(name, kind()) for name, kind in _video_types().items()],
             *[(name, pa.float64()) for name in BOX_FIELDS],
             ("regions", pa.int32()),
+            ("format", pa.string()),
         ]
     )
 
@@ -121,6 +122,8 @@ def shard_schema(dim: int):
 # A region row's box (x0, y0, x1, y1 in its photo's pixels as a viewer shows it; null on
 # other rows), and on each row of a photo that was cut, how many regions it was cut into
 # (0: small or flat; null: not cut). Shards written before regions were carried lack them.
+# format: the file's format by its content (Prepared.format; null: not known, and shards
+# written before it was carried lack it: the catalog then takes the name's extension).
 BOX_FIELDS = ("x0", "y0", "x1", "y1")
 
 
@@ -388,6 +391,7 @@ class ShardWriter:
         for k, name in enumerate(BOX_FIELDS):
             cols[name] = [None if r.get("box") is None else float(r["box"][k]) for r in good]
         cols["regions"] = [None if r.get("regions") is None else int(r["regions"]) for r in good]
+        cols["format"] = [r.get("format") or None for r in good]
         table = pa.table(cols, schema=shard_schema(dim))
         errors = pa.table(
             {

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import av
 
 from wherein.indexer.regular import NotRegular, open_regular_file
+from wherein.indexer.video.detect import HEAD_BYTES, sniff
 
 if TYPE_CHECKING:
     from av.container import InputContainer
@@ -41,13 +42,21 @@ class VideoInfo:
     taken_offset: str | None = None  # "+HH:MM"; "+00:00" for the container's UTC creation_time
     lat: float | None = None
     lon: float | None = None
-    container: str = ""
+    container: str = ""  # by content: "mp4", "mov", "webm" (an animation's: "gif", "png")
 
 
 @contextmanager
 def open_video(path: str | Path) -> Iterator[tuple[InputContainer, VideoStream]]:
     """The container and its first video stream (both closed on leaving), or a VideoError
     saying why not."""
+    with _open_video(path) as (container, stream, _):
+        yield container, stream
+
+
+@contextmanager
+def _open_video(path: str | Path) -> Iterator[tuple[InputContainer, VideoStream, str]]:
+    """open_video's, and the container's name by content: what its first bytes announce
+    (detect.sniff: "mp4", "mov", "webm"), else FFmpeg's demuxer's first name."""
     p = Path(path)
     try:
         # Opened here, not by FFmpeg from the path: the descriptor checked is the one read,
@@ -61,6 +70,7 @@ def open_video(path: str | Path) -> Iterator[tuple[InputContainer, VideoStream]]
         if os.fstat(file.fileno()).st_size == 0:
             raise VideoError("empty file")
         file.name = os.fspath(p)  # FFmpeg's format hint, and its messages
+        head = os.pread(file.fileno(), HEAD_BYTES, 0)
         try:
             container = av.open(file, mode="r")
         except (av.FFmpegError, OSError, ValueError) as exc:
@@ -71,7 +81,8 @@ def open_video(path: str | Path) -> Iterator[tuple[InputContainer, VideoStream]]
             if not container.streams.video:
                 kind = "audio only" if container.streams.audio else "no streams"
                 raise VideoError(f"no video stream ({kind})")
-            yield container, container.streams.video[0]
+            name = sniff(head) or container.format.name.split(",")[0]
+            yield container, container.streams.video[0], name
 
 
 def _reason(exc: BaseException) -> str:
@@ -80,7 +91,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def probe(path: str | Path) -> VideoInfo:
-    with open_video(path) as (container, stream):
+    with _open_video(path) as (container, stream, container_name):
         try:
             first = next(container.decode(stream), None)
         except (av.FFmpegError, OSError, ValueError) as exc:
@@ -105,7 +116,7 @@ def probe(path: str | Path) -> VideoInfo:
             taken_offset=offset,
             lat=lat,
             lon=lon,
-            container=container.format.name,
+            container=container_name,
         )
 
 
