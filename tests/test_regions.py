@@ -227,3 +227,58 @@ def test_ray_mask_pieces_carry_the_region_and_mask_as_search_does(env, photos, t
             assert got == (hit.get("bbox"), hit.get("mask_area")), (query, hit["path"])
             with_region += hit["region"] is not None
     assert with_region >= 2  # the speck's and the sea's
+
+
+def _region_items(index: Path, path: Path) -> list:
+    """The boxes of a photo's region items in the catalog."""
+    with IndexStore.open(index) as store:
+        cat = store.catalog
+        file_id = cat.ids_for_paths([str(path)])[str(path)]
+        return [box for _, box in cat.photo_regions([file_id]).get(file_id, []) if box]
+
+
+@pytest.mark.parametrize("lost", ["nothing", "meta", "meta and tiled"])
+def test_a_rebuilt_catalog_keeps_the_regions_setting(env, tmp_path, lost):
+    """--rebuild-catalog takes back the index's settings: from the damaged file's meta, else
+    the model from vectors.json and the regions setting from the tiling its photos were cut
+    by; where nothing tells it, the report says so in one line. Then a new photo added by a
+    plain run is cut into regions, as before the damage."""
+    import sqlite3
+
+    photos = tmp_path / "lib"
+    photos.mkdir()
+    draw_photos(tmp_path / "all")
+    for name in ("speck.png", "blue.png"):
+        shutil.copyfile(tmp_path / "all" / name, photos / name)
+    run("index", photos, "-q", "--regions")
+    settings = {k: v for k, v in json.loads(run("status", "--json").stdout).items()
+                if k in ("family", "space", "model_file", "regions", "model_id", "dim")}  # fmt: skip
+    assert settings["regions"] and settings["family"], settings
+    if lost != "nothing":
+        db = sqlite3.connect(env["index"] / "catalog.db")
+        with db:
+            db.execute("DROP TABLE meta")
+            if lost == "meta and tiled":
+                db.execute("DROP TABLE tiled")
+        db.close()
+    if lost == "meta and tiled":  # the text report's line (--json: settings_unknown)
+        done = run("index", photos, "--rebuild-catalog")
+        notes = [line for line in done.stderr.splitlines() if line.startswith("not known")]
+        assert notes == [
+            "not known after the rebuild: whether it cut photos into regions "
+            "(run `wherein index --regions` if so)"
+        ], done.stderr
+        kept = json.loads(run("status", "--json").stdout)
+        assert kept["regions"] is None and kept["family"] == settings["family"], kept
+        return
+    report = json.loads(run("index", photos, "--rebuild-catalog", "--json").stdout)
+    assert report["rebuilt_catalog"].get("settings_unknown") == [], report
+    kept = json.loads(run("status", "--json").stdout)
+    assert report["rebuilt_catalog"]["rows_reused"] == 2 and report["embedded"] == 0, report
+    assert {k: kept[k] for k in settings} == settings
+    assert _region_items(env["index"], photos / "speck.png")  # its lost regions, cut again
+    img = Image.open(photos / "speck.png").transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    img.save(photos / "flipped.png")
+    report = json.loads(run("index", photos, "--json").stdout)
+    assert (report["embedded"], report["regions"]) == (1, 1), report
+    assert _region_items(env["index"], photos / "flipped.png")

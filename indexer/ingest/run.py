@@ -273,9 +273,14 @@ class Indexer:
         family = self.tower.spec.key
         refuse_other_family(cat.get_meta("family"), family, self.store.dir)
         if old == self.tower.model_id:
-            if cat.get_meta("family") is None:  # an index from before families were recorded
+            # An index from before families were recorded, or a catalog rebuilt from one whose
+            # settings were lost (salvage.settings_back): these models' are its settings.
+            ours = {"family": family, "space": self.tower.space, "model_file": self.tower.path.name}
+            lost = {k: v for k, v in ours.items() if cat.get_meta(k) is None}
+            if lost:
                 with cat.transaction():
-                    cat.set_meta("family", family)
+                    for key, value in lost.items():
+                        cat.set_meta(key, value)
             return
         with cat.transaction():
             if old is not None:

@@ -70,7 +70,7 @@ from wherein.indexer.store.integrity import IntegrityChecks
 from wherein.indexer.store.labels import LabelsTable
 from wherein.indexer.store.photos import PHOTO_COLUMNS
 from wherein.indexer.store.regions import RegionsTable
-from wherein.indexer.store.salvage import Kept, Salvaged, salvage, stamped_schema
+from wherein.indexer.store.salvage import SETTINGS, Kept, Salvaged, salvage, stamped_schema
 from wherein.indexer.store.skips import SkipsTable
 
 # Importers of this module's names from before the split keep working.
@@ -185,7 +185,7 @@ class Catalog(RegionsTable, SkipsTable, LabelsTable, IntegrityChecks):
         frames), and an id counter past every id the old catalog (or FAISS) may have handed
         out, so no id ever names two images."""
         with self.transaction():
-            for key in ("model_id", "space", "dim", "model_file"):
+            for key in SETTINGS:
                 if key in salvaged.meta:
                     self.set_meta(key, salvaged.meta[key])
             self.set_meta("generation", int(salvaged.meta.get("generation", 0) or 0) + 1)

@@ -34,6 +34,7 @@ from wherein.indexer.store.catalog import (
     stamped_schema,
     too_new,
 )
+from wherein.indexer.store.salvage import settings_back
 from wherein.indexer.store.vector_file import VECTOR_FILE, VectorFile
 from wherein.indexer.store.vectors import FAISS_FILE, SIDECAR_FILE, VectorIndex, index_ids
 from wherein.schemas.errors import (
@@ -57,6 +58,9 @@ class Rebuilt:
     salvaged: int  # rows read from the damaged file
     reused: int  # of those, rows whose file is unchanged: their vectors are kept
     unreadable: int  # ids whose rows no read got through
+    # Settings neither the damaged file nor the index folder told (salvage.settings_back):
+    # "model_id", "regions".
+    unknown: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -377,12 +381,13 @@ def rebuild_catalog(d: Path) -> Rebuilt:
     except OSError as exc:
         raise _cannot_write(d, exc) from None
     got = salvage(aside)
+    side = VectorIndex(d).sidecar() or {}
+    unknown = settings_back(got, side)
     dim = int(got.meta.get("dim", 0) or 0)
     kept = _trusted(d, got.rows, dim, got.meta.get("vector_file"))
     got.next_id = max(got.next_id, _highest_derived_id(d, dim) + 1)
     # Past the generation vectors.faiss records, whatever the salvage found: the file must
     # never pass for current with the rows lost in it.
-    side = VectorIndex(d).sidecar() or {}
     with contextlib.suppress(TypeError, ValueError):
         got.meta["generation"] = max(
             int(got.meta.get("generation", 0) or 0), int(side.get("generation", 0) or 0)
@@ -392,7 +397,7 @@ def rebuild_catalog(d: Path) -> Rebuilt:
         catalog.restore(got, kept)
     finally:
         catalog.close()
-    return Rebuilt(aside, len(got.rows), len(kept), got.unreadable_ids)
+    return Rebuilt(aside, len(got.rows), len(kept), got.unreadable_ids, unknown)
 
 
 def _trusted(d: Path, rows: list[dict], dim: int, vector_file: str | None) -> Kept:

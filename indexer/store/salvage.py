@@ -26,6 +26,11 @@ from wherein.indexer.store.videos import VIDEO_COLUMNS
 
 _SALVAGE_STEP = 256  # ids per range read; a range a damaged page breaks is halved down to one id
 
+# The index's settings a rebuilt catalog takes back (meta keys): which models built it and
+# how later runs cut photos into regions. The generation is bumped instead, and the rest
+# (vector_file, built_from, an unfinished build's mark) describe the damaged file's rows.
+SETTINGS = ("model_id", "family", "space", "dim", "model_file", "regions")
+
 
 @dataclass
 class Salvaged:
@@ -38,6 +43,7 @@ class Salvaged:
     meta: dict = field(default_factory=dict)
     next_id: int = 1
     unreadable_ids: int = 0  # ids in ranges no read got through
+    tilings: set[str] = field(default_factory=set)  # what cut the photos the tiled table names
 
 
 @dataclass
@@ -127,6 +133,11 @@ def salvage(path: Path) -> Salvaged:
         for key, value in meta_rows:
             with contextlib.suppress(TypeError, ValueError):
                 out.meta[str(key)] = json.loads(value)
+        if _has_column(conn, "tiled", "tiling"):
+            tilings, _ = _salvage_ranges(
+                conn, "SELECT DISTINCT tiling FROM tiled WHERE image_id BETWEEN ? AND ?", top
+            )
+            out.tilings = {t for (t,) in tilings if isinstance(t, str)}
         by_file = (
             "SELECT it.image_id, e.vector FROM embeddings e JOIN items it ON it.id = e.item_id "
             "WHERE it.kind = 'image' AND e.item_id BETWEEN ? AND ?"
@@ -170,6 +181,23 @@ def salvage(path: Path) -> Salvaged:
             seen.add(rec["path"])
             out.rows.append({**rec, "path": _path(rec["path"]), **parts})
     return out
+
+
+def settings_back(got: Salvaged, sidecar: dict) -> list[str]:
+    """Put into got.meta the SETTINGS its damaged meta lost, where the index folder still
+    tells them: the model and dim from vectors.json (sidecar), the regions setting from the
+    tiling its photos were cut by. Returns those still unknown that the rebuilding run
+    cannot take from its models (as it does family, space and model_file for the model_id
+    it finds): "model_id" (no vector is then kept), "regions". A meta table that was read
+    (its model_id is there) is taken as it is: no regions there means none."""
+    if "model_id" in got.meta:
+        return []
+    for key in ("model_id", "dim"):
+        if sidecar.get(key) is not None:
+            got.meta[key] = sidecar[key]
+    if len(got.tilings) == 1:
+        got.meta["regions"] = next(iter(got.tilings))
+    return [k for k in ("model_id", "regions") if k not in got.meta]
 
 
 def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:

@@ -159,6 +159,17 @@ def _rebuilt_line(rebuilt) -> None:
         f"({rebuilt.unreadable} lost), {rebuilt.reused} of them kept (file unchanged)",
         err=True,
     )
+    if rebuilt.unknown:
+        click.echo(f"not known after the rebuild: {_unknown_words(rebuilt.unknown)}", err=True)
+
+
+def _unknown_words(unknown: list[str]) -> str:
+    """What each setting salvage could not tell means for the user, in one line."""
+    words = {
+        "model_id": "which models built it (every file is embedded again)",
+        "regions": "whether it cut photos into regions (run `wherein index --regions` if so)",
+    }
+    return "; ".join(words[k] for k in unknown)
 
 
 # How the summary line names each of RunStats.file_counts().

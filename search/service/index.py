@@ -59,6 +59,7 @@ class IndexResult:
                 "rows_salvaged": self.rebuilt.salvaged,
                 "rows_reused": self.rebuilt.reused,
                 "ids_unreadable": self.rebuilt.unreadable,
+                "settings_unknown": self.rebuilt.unknown,
             }
         return out
 
