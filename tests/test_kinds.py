@@ -152,3 +152,22 @@ def test_a_rebuilt_catalog_keeps_each_files_kind_and_frames(env, shapes):
     out = json.loads(run("index", shapes, "--rebuild-catalog", "-q", "--json").stdout)
     assert (out["embedded"], out["sampled"], out["frames"]) == (1, {"video": 1}, 1), out
     assert json.loads(run("status", "--json").stdout)["kinds"] == before
+
+
+def test_status_check_names_each_timed_kind_left_unfinished(env, shapes):
+    """A run stopped midway through an animation and a video: the note counts each by its
+    kind, as status does, never an animation as a video."""
+    write_video(shapes / "clips" / "clip.mp4", lambda t: solid(RED), seconds=4, fps=5)
+    animated(shapes / "moving" / "anim.gif", "GIF")
+    animated(shapes / "moving" / "other.webp", "WEBP")
+    run("index", shapes, "-q")
+    conn = sqlite3.connect(env["index"] / "catalog.db")
+    with conn:  # what a stopped run leaves: the files' rows, their frames not all in
+        conn.execute("UPDATE videos SET complete = 0")
+    conn.close()
+    check = json.loads(run("status", "--check", "--json").stdout)["check"]
+    assert check["ok"], check
+    assert check["notes"] == [
+        "2 animations, 1 video not indexed to their end (a run stopped midway through them): "
+        "this finishes on the next index run over them"
+    ], check

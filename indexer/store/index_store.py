@@ -257,11 +257,11 @@ class IndexStore:
                 rep.fail(f"{empty} videos marked complete have no frames")
             if strays:
                 rep.fail(f"{strays} frame items belong to files that are not videos")
-            incomplete = cat.video_counts()["incomplete"]
-            if incomplete:
+            unfinished = _unfinished(cat)
+            if unfinished:
                 rep.notes.append(
-                    f"{incomplete} videos not indexed to their end (a run stopped mid-video): "
-                    "this finishes on the next index run over them"
+                    f"{unfinished} not indexed to their end (a run stopped midway through "
+                    "them): this finishes on the next index run over them"
                 )
         dim = int(cat.get_meta("dim", 0) or 0)
         bad_dim = cat.misshapen_embeddings(dim)
@@ -398,6 +398,31 @@ def rebuild_catalog(d: Path) -> Rebuilt:
     finally:
         catalog.close()
     return Rebuilt(aside, len(got.rows), len(kept), got.unreadable_ids, unknown)
+
+
+def kind_counts(cat: Catalog) -> dict[str, dict[str, int]]:
+    """Every registered kind's counts (zeros where the index has none of it; a timed kind
+    with frames and incomplete), in the order wherein lists kinds, then any kind the catalog
+    names that this wherein does not know."""
+    from wherein.indexer.kinds.registry import kinds
+
+    untimed = [k.name for k in kinds() if not k.timed]
+    found = cat.kind_counts(untimed[0] if len(untimed) == 1 else None)
+    out = {}
+    for k in reversed(kinds()):  # photo first, as registry.reads() lists them
+        zero = {"files": 0, "frames": 0, "incomplete": 0} if k.timed else {"files": 0}
+        out[k.name] = {**zero, **found.get(k.name, {})}
+    return out | {name: c for name, c in found.items() if name not in out}
+
+
+def _unfinished(cat: Catalog) -> str:
+    """The files of each timed kind a stopped run left incomplete, in words ("1 animation,
+    2 videos"; "" for none), each kind named as status counts it."""
+    return ", ".join(
+        f"{c['incomplete']} {kind}{'' if c['incomplete'] == 1 else 's'}"
+        for kind, c in kind_counts(cat).items()
+        if c.get("incomplete")
+    )
 
 
 def _trusted(d: Path, rows: list[dict], dim: int, vector_file: str | None) -> Kept:

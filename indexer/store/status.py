@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from wherein.indexer.store.catalog import Catalog
-from wherein.indexer.store.index_store import IndexStore
+from wherein.indexer.store.index_store import IndexStore, kind_counts
 
 
 @dataclass
@@ -124,21 +123,6 @@ def index_status(store: IndexStore) -> IndexStatus:
         photos_cut=cut,
         region_items=region_items,
     )
-
-
-def kind_counts(cat: Catalog) -> dict[str, dict[str, int]]:
-    """Every registered kind's counts (zeros where the index has none of it; a timed kind
-    with frames and incomplete), in the order wherein lists kinds, then any kind the catalog
-    names that this wherein does not know."""
-    from wherein.indexer.kinds.registry import kinds
-
-    untimed = [k.name for k in kinds() if not k.timed]
-    found = cat.kind_counts(untimed[0] if len(untimed) == 1 else None)
-    out = {}
-    for k in reversed(kinds()):  # photo first, as registry.reads() lists them
-        zero = {"files": 0, "frames": 0, "incomplete": 0} if k.timed else {"files": 0}
-        out[k.name] = {**zero, **found.get(k.name, {})}
-    return out | {name: c for name, c in found.items() if name not in out}
 
 
 def models_report(models, index_model_id: str | None) -> dict[str, Any]:
