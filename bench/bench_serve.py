@@ -46,6 +46,7 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+from urllib.parse import quote_plus
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -53,6 +54,15 @@ from PIL import Image, ImageDraw
 COLOURS = ["red", "green", "blue", "yellow", "orange", "purple", "black", "white"]
 QUERIES = COLOURS + ["red - blue", "green + yellow", "blue:2 + white", "a purple square"]
 KINDS = ("search", "thumb", "preview", "mask", "mask_overlay")
+# A search's times in the server (its `timings`), summarised beside its latency.
+SERVER_TIMINGS = (
+    "total_ms",
+    "encode_wait_ms",
+    "queued_ms",
+    "lane_ms",
+    "thread_wait_ms",
+    "route_ms",
+)
 MIX = {"search": 0.25, "thumb": 0.45, "preview": 0.1, "mask": 0.1, "mask_overlay": 0.1}
 
 
@@ -119,7 +129,28 @@ class Client:
         raise AssertionError("unreachable")
 
 
-def run_load(port: int, ids: list[int], clients: int, requests: int, seconds: float) -> dict:
+def varied_query(rng: random.Random, new_texts: float) -> str:
+    """A query not asked before (random weights and signs over the known texts; with
+    probability new_texts, one text never seen too): the server cannot reuse an answer."""
+    texts = rng.sample(COLOURS + ["a purple square"], rng.randint(1, 3))
+    if rng.random() < new_texts:
+        texts[-1] = f"a {rng.choice(COLOURS)} thing {rng.randrange(10**6)}"
+    parts = [f"{t}:{rng.uniform(0.3, 2.0):.3f}" for t in texts]
+    query = parts[0]
+    for part in parts[1:]:
+        query += (" - " if rng.random() < 0.3 else " + ") + part
+    return query
+
+
+def run_load(
+    port: int,
+    ids: list[int],
+    clients: int,
+    requests: int,
+    seconds: float,
+    vary: bool = False,
+    new_texts: float = 0.0,
+) -> dict:
     latencies: dict[str, list[float]] = defaultdict(list)
     errors: list[str] = []
     lock = threading.Lock()
@@ -141,9 +172,9 @@ def run_load(port: int, ids: list[int], clients: int, requests: int, seconds: fl
             kind = rng.choices(list(MIX), weights=list(MIX.values()))[0]
             image_id = rng.choice(ids)
             prompt = rng.choice(COLOURS)
+            q = varied_query(rng, new_texts) if vary else rng.choice(QUERIES)
             url = {
-                "search": f"/api/search?q={rng.choice(QUERIES).replace(' ', '+')}"
-                f"&page={rng.randint(1, 3)}&per_page=48",
+                "search": f"/api/search?q={quote_plus(q)}&page={rng.randint(1, 3)}&per_page=48",
                 "thumb": f"/api/thumb/{image_id}",
                 "preview": f"/api/image/{image_id}",
                 "mask": f"/api/mask/{image_id}?prompt={prompt}",
@@ -158,8 +189,11 @@ def run_load(port: int, ids: list[int], clients: int, requests: int, seconds: fl
             with lock:
                 if status == 200 and body:
                     latencies[kind].append(dt)
-                    if kind == "search":  # the server's own time for it, queueing excluded
-                        latencies["search_server"].append(json.loads(body)["timings"]["total_ms"])
+                    if kind == "search":  # the server's own times for it
+                        timings = json.loads(body)["timings"]
+                        for key in SERVER_TIMINGS:
+                            if key in timings:
+                                latencies[f"search_{key}"].append(timings[key])
                 else:
                     errors.append(f"{url}: {status} {body[:120]!r}")
 
@@ -253,6 +287,16 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
+TITLE = "# Web app load test (loopback)"
+
+
+def added_section(document: str, section: str) -> str:
+    """The results file with section added under its title, above the sections already
+    there (the history is kept)."""
+    body = document.removeprefix(TITLE).lstrip("\n")
+    return f"{TITLE}\n\n{section.rstrip()}\n\n{body}".rstrip() + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, default=200)
@@ -268,7 +312,19 @@ def main() -> None:
         metavar="DIR",
         help="full-size LiteRT towers with random weights, built into (and reused from) DIR",
     )
-    ap.add_argument("--write", action="store_true", help="write bench/results/serve.md")
+    ap.add_argument(
+        "--vary-queries",
+        action="store_true",
+        help="each search a query not asked before (known texts, random weights): no reuse",
+    )
+    ap.add_argument(
+        "--new-texts",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="with --vary-queries: this share of searches also has a text never seen",
+    )
+    ap.add_argument("--write", action="store_true", help="add the report to bench/results/serve.md")
     args = ap.parse_args()
 
     from wherein.indexer.models.standins import build_standin_models
@@ -297,7 +353,17 @@ def main() -> None:
         cpu = [cpu_s(server.pid)]
         rounds = []
         for _ in range(args.rounds):
-            rounds.append(run_load(port, ids, args.clients, args.requests, args.seconds))
+            rounds.append(
+                run_load(
+                    port,
+                    ids,
+                    args.clients,
+                    args.requests,
+                    args.seconds,
+                    args.vary_queries,
+                    args.new_texts,
+                )
+            )
             memory.append(rss_mb(server.pid))
             cpu.append(cpu_s(server.pid))
         torch_mapped = maps_torch(server.pid)
@@ -312,7 +378,7 @@ def main() -> None:
                 server.kill()
         shutil.rmtree(work, ignore_errors=True)
 
-    server_ms = result["latencies"].pop("search_server", [])
+    server = {key: result["latencies"].pop(f"search_{key}", []) for key in SERVER_TIMINGS}
     done = sum(len(v) for v in result["latencies"].values())
     rows = []
     for kind in KINDS:
@@ -328,13 +394,16 @@ def main() -> None:
         + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
         + (f" --models {args.models}" if args.models else "")
         + (f" --default-path {args.default_path}" if args.default_path else "")
+        + (" --vary-queries" if args.vary_queries else "")
+        + (f" --new-texts {args.new_texts:g}" if args.new_texts else "")
     )
-    if server_ms:
-        p = percentiles(server_ms)
-        rows.append(
-            f"| search, in the server (`timings.total_ms`) | {p['n']} | {p['p50']:.1f} | "
-            f"{p['p90']:.1f} | {p['p95']:.1f} | {p['p99']:.1f} | {p['max']:.1f} |"
-        )
+    for key, values in server.items():
+        if values:
+            p = percentiles(values)
+            rows.append(
+                f"| search, in the server (`timings.{key}`) | {p['n']} | {p['p50']:.1f} | "
+                f"{p['p90']:.1f} | {p['p95']:.1f} | {p['p99']:.1f} | {p['max']:.1f} |"
+            )
     curve = [
         f"| {i} | {i * args.requests if i else 0} | {rss:.0f} | {peak:.0f} | {anon:.0f} | "
         f"{file:.0f} | {cpu[i] - cpu[i - 1] if i else cpu[0]:.1f} | "
@@ -352,7 +421,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     report = "\n".join(
         [
-            "# Web app load test (loopback)",
+            f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+            + ("varied queries" if args.vary_queries else "the standard mix"),
             "",
             f"Command: `{command}`",
             f"Machine: {cpu_model()}, {os.cpu_count()} cores shared with other jobs "
@@ -392,7 +462,7 @@ def main() -> None:
         print("ERROR", e, file=sys.stderr)
     if args.write:
         out = Path(__file__).parent / "results" / "serve.md"
-        out.write_text(report)
+        out.write_text(added_section(out.read_text() if out.is_file() else "", report))
         print(f"wrote {out}", file=sys.stderr)
     if result["errors"]:
         sys.exit(1)

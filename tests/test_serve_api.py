@@ -214,6 +214,23 @@ def test_foreign_host_header_is_refused(served):
     assert served.client.get("/api/status", headers={"host": "localhost:8765"}).status_code == 200
 
 
+def test_every_answer_tells_the_browser_not_to_sniff_and_the_page_its_policy(served):
+    """A JSON answer, an image, an error and a refused Host all carry the headers; /docs
+    (Swagger UI from a CDN) has no Content-Security-Policy of the page's."""
+    red = served.ids["red_square.jpg"]
+    for r in (
+        served.get("/api/search", q="red"),
+        served.get(f"/api/thumb/{red}"),
+        served.get("/api/thumb/999999"),
+        served.client.get("/api/status", headers={"host": "evil.example"}),
+    ):
+        assert r.headers["x-content-type-options"] == "nosniff", r.url
+        assert r.headers["referrer-policy"] == "no-referrer"
+        assert "default-src 'self'" in r.headers["content-security-policy"]
+    docs = served.get("/docs")
+    assert docs.status_code == 200 and "content-security-policy" not in docs.headers
+
+
 def test_unexpected_errors_are_500_without_traceback(served, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("secret internal detail")
@@ -281,6 +298,22 @@ def test_a_deleted_file_is_404(own):
     assert_error(own.get(f"/api/image/{yellow}"), 404, "gone")
     hit = own.get(f"/api/hit/{yellow}").json()
     assert hit["exists"] is False
+
+
+def test_a_deleted_file_shows_as_gone_on_whichever_page_it_falls(own):
+    """Each page of a search says whether its files are still there, as they are now: also
+    on a later page and on a page turn that reuses the search's answer."""
+    walk = [own.get("/api/search", q="yellow", per_page=2, page=p).json() for p in (1, 2, 3)]
+    assert all(h["exists"] for body in walk for h in body["hits"])
+    yellow = own.ids["yellow.gif"]
+    (own.photos / "nested" / "yellow.gif").unlink()
+    for q in ("yellow", "yellow:2"):  # the answer asked before, then a new one
+        seen = {}
+        for p in (1, 2, 3):
+            for h in own.get("/api/search", q=q, per_page=2, page=p).json()["hits"]:
+                seen[h["id"]] = h["exists"]
+        assert seen[yellow] is False
+        assert all(exists for i, exists in seen.items() if i != yellow)
 
 
 def cached_urls(image_id: int) -> list[str]:

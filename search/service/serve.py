@@ -165,13 +165,30 @@ class ServeSession:
         kept = self._recent.get((request, stamp))
         if kept is not None:
             return _rechecked(kept, request.check_exists)
+        t0 = time.perf_counter()
         new = self.searcher.unencoded(request.parsed)
         if new:
             self.encoding.submit(self.searcher.encode_ahead, new).result()
-        result = self.searching.submit(search_service, self.searcher, request).result()
+        submitted = time.perf_counter()
+        started: list[float] = []
+
+        def run() -> SearchResult:
+            started.append(time.perf_counter())
+            try:
+                return search_service(self.searcher, request)
+            finally:
+                started.append(time.perf_counter())
+
+        result = self.searching.submit(run).result()
         if request.mask is None and request.export is None:  # an answer only, nothing written
             self._recent.put((request, stamp), result)
-        return result
+        # What it waited for: a new text's encoding, then a search thread.
+        waits = {
+            "encode_wait_ms": (submitted - t0) * 1e3,
+            "queued_ms": (started[0] - submitted) * 1e3,
+            "lane_ms": (started[1] - started[0]) * 1e3,
+        }
+        return replace(result, timings={**result.timings, **waits})
 
     # -- files ---------------------------------------------------------------------------------
     def indexed(self, file_id: int, time: float | None = None) -> IndexedFile:

@@ -44,6 +44,7 @@ from wherein.search.service.serve import (
 )
 from wherein.search.web import schemas
 from wherein.search.web.head import HeadAsGet
+from wherein.search.web.headers import SecurityHeaders
 from wherein.search.web.hosts import LOOPBACK_HOSTS, TrustedHosts, host_name
 from wherein.search.web.responses import add_error_handlers
 from wherein.search.web.routes import ROUTERS
@@ -57,9 +58,6 @@ __all__ = [
     "create_app",
     "host_name",
 ]
-
-# The page needs nothing from elsewhere; /docs loads Swagger UI from a CDN, so it is exempt.
-CSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'"
 
 
 def create_app(
@@ -94,14 +92,7 @@ def create_app(
     app.state.wherein = state  # what the routes' `Web` parameter reads (state.py)
     app.add_middleware(TrustedHosts, allowed=allowed_hosts or LOOPBACK_HOSTS)
 
-    @app.middleware("http")
-    async def security_headers(request, call_next):
-        response = await call_next(request)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Referrer-Policy", "no-referrer")
-        if not request.url.path.startswith(("/docs", "/redoc")):
-            response.headers.setdefault("Content-Security-Policy", CSP)
-        return response
+    app.add_middleware(SecurityHeaders)  # outside TrustedHosts: its refusals get them too
 
     app.add_middleware(HeadAsGet)  # outermost: every layer inside sees the GET it stands for
     add_error_handlers(app)

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from wherein.schemas.errors import BadRequest
 from wherein.schemas.records import Hit
 from wherein.search.service.search import Query as Q
 from wherein.search.service.search import SearchRequest
 from wherein.search.service.serve import ServeSession, plays
+from wherein.search.web.headers import arrived
 from wherein.search.web.responses import JSONResponse
 from wherein.search.web.routes.common import MAX_ID, json_schema_response, urls
 from wherein.search.web.state import Web
@@ -29,6 +31,7 @@ router = APIRouter()
 @router.get("/api/search", responses=json_schema_response("SearchResponse", "One page of hits"))
 def search(
     state: Web,
+    http: Request,
     q: Annotated[
         str, Query(max_length=1000, description="Query algebra as in `wherein search`")
     ] = "",
@@ -55,6 +58,7 @@ def search(
     page: Annotated[int, Query(ge=1)] = 1,
     per_page: Annotated[int, Query(ge=1, le=MAX_PER_PAGE)] = 48,
 ) -> JSONResponse:
+    began = time.perf_counter()
     if page * per_page > MAX_RESULTS:
         raise BadRequest(
             f"page: at most {MAX_RESULTS} results can be paged through; narrow the query"
@@ -87,16 +91,28 @@ def search(
         near=near,
         kind=kind,
         sort=sort,
+        # Only the page's files are looked at (below), not the whole block's: each look is a
+        # system call that gives up the GIL, and under load takes a while to get it back.
+        check_exists=False,
     ).check()
     result = state.search(request)
     hits, warnings = result.hits, result.warnings
-    timings = {k: round(v, 2) for k, v in result.timings.items()}
+    timings = dict(result.timings)
     total = len(hits) if min_probability is not None else None
-    chunk = hits[end - per_page : end]
+    chunk = [h.replace(exists=os.path.exists(h.path)) for h in hits[end - per_page : end]]
     prompt = query.mask_prompt()
     if prompt and page == 1 and state.prefetch_masks > 0:
         first = [(h.id, _moment(h)) for h in chunk[: state.prefetch_masks]]
         state.masks.prefetch([functools.partial(state.indexed, i, t) for i, t in first], prompt)
+    page_hits = [
+        {**h.to_dict(), **urls(h.id, h.sha256, _moment(h), plays=plays(h.kind))} for h in chunk
+    ]
+    # The request's times in the server: waiting for a request thread, then this handler.
+    now = time.perf_counter()
+    at = arrived(http)
+    if at is not None:
+        timings["thread_wait_ms"] = (began - at) * 1e3
+    timings["route_ms"] = (now - began) * 1e3
     return JSONResponse(
         {
             "query": str(query),
@@ -105,11 +121,8 @@ def search(
             "per_page": per_page,
             "has_more": len(hits) > end,
             "total": total,
-            "hits": [
-                {**h.to_dict(), **urls(h.id, h.sha256, _moment(h), plays=plays(h.kind))}
-                for h in chunk
-            ],
-            "timings": timings,
+            "hits": page_hits,
+            "timings": {k: round(v, 2) for k, v in timings.items()},
             "warnings": warnings,
             "standin": state.searcher.models.is_standin,
         }
