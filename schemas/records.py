@@ -108,14 +108,14 @@ def iso_time(mtime_ns: int | None) -> str | None:
     return t.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def taken_fields(
-    row: dict[str, Any], kind: str | None = None
-) -> tuple[str | None, str | None, str | None]:
-    """(taken, taken_source, sort key) of a catalog row; kind: the hit's ("photo", "video").
+def taken_fields(row: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(taken, taken_source, sort key) of a catalog row (``Catalog.hit_rows``: its ``timed``
+    is what the file's media kind says, asked by the indexer, as schemas cannot import it).
 
     A recorded time: the camera's local time, with its UTC offset when the camera recorded
     one ("2024-06-15T14:03:22+02:00", else "2024-06-15T14:03:22"); its source is "exif" for
-    a photo, "container" for a video (the creation time in its QuickTime/MP4 metadata).
+    a photo, "container" for a file of a timed kind (a video: the creation time in its
+    QuickTime/MP4 metadata, as the kind's probe read it).
     None recorded: the file's mtime in this machine's time zone, with that offset. The sort
     key is the local wall-clock time "YYYY-MM-DD HH:MM:SS" either way (what --taken filters
     on).
@@ -123,7 +123,7 @@ def taken_fields(
     taken = row.get("taken")
     if taken:
         offset = row.get("taken_offset") or ""
-        source = "container" if kind == "video" else "exif"
+        source = "container" if row.get("timed") else "exif"
         return taken.replace(" ", "T") + offset, source, taken
     mtime_ns = row.get("mtime_ns")
     if mtime_ns is None:
@@ -173,7 +173,7 @@ class Hit:
     exists: bool = True
     # -- photo metadata (EXIF) -------------------------------------------
     taken: str | None = None  # ISO 8601 local time (+offset when known)
-    taken_source: str | None = None  # "exif", "container" (a video's) or "mtime"
+    taken_source: str | None = None  # "exif", "container" (a timed kind's: a video's) or "mtime"
     camera: str | None = None
     lens: str | None = None
     gps: dict[str, float] | None = None  # {"lat": ..., "lon": ...}
@@ -210,7 +210,7 @@ class Hit:
         names no item, gives a hit without one)."""
         kind = row.get("file_kind") or row.get("kind")
         hit_kind = HIT_KINDS.get(kind, kind) if kind is not None else None
-        taken, source, key = taken_fields(row, hit_kind)
+        taken, source, key = taken_fields(row)
         return cls(
             rank=rank,
             path=row["path"],

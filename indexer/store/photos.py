@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from wherein.indexer.kinds.registry import timed
 from wherein.indexer.store.base import _chunks, _marks, _path
 from wherein.indexer.store.videos import VideosTable
 
@@ -66,8 +67,9 @@ class PhotosTable(VideosTable):
         """item id -> its file's row (as rows_by_ids gives it: ``id`` is the file's id) plus
         the item (item_id, kind, t, box: [x0, y0, x1, y1] or None) and the photo columns
         (taken, taken_offset, make, model, lens, lat, lon; None where unknown) and the
-        video's duration (None for a photo): what a search hit shows. Item ids not in the
-        catalog are left out."""
+        video's duration (None for a photo) and timed (whether its kind yields frames at
+        times, registry.timed): what a search hit shows. Item ids not in the catalog are
+        left out."""
         items: dict[int, tuple] = {}
         for chunk in _chunks(ids):
             for r in self._conn.execute(
@@ -90,6 +92,9 @@ class PhotosTable(VideosTable):
         videos = self.video_rows(files)
         for file_id, row in files.items():
             row["duration"] = videos[file_id]["duration"] if file_id in videos else None
+            # The kind's answer, for schemas (which cannot ask it): a timed file's taken is
+            # its container's, as its kind's probe read it, never EXIF.
+            row["timed"] = timed(row.get("file_kind"))
         out: dict[int, dict] = {}
         for item_id, (_, file_id, kind, t, *box) in items.items():
             if file_id in files:

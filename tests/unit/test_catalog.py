@@ -316,3 +316,32 @@ def test_a_file_yields_items_each_with_its_vector_and_locator(cat):
         assert cat.delete_images([video]) == 1
     assert cat.vectors_for(frames)[0].size == 0 and cat.count_items() == 2
     assert cat.orphan_items() == cat.files_without_items() == cat.orphan_embeddings() == 0
+
+
+def test_a_timed_files_taken_is_its_containers_whatever_its_kind_is_called(cat):
+    """taken_source asks the file's kind (registry.timed, passed in by hit_rows): an
+    animation's recorded time is its container's like a video's; a photo's is EXIF."""
+    from wherein.schemas.records import Hit
+
+    (photo,) = add(cat, "/p/photo.png")
+    with cat.transaction():
+        moving = cat.insert_image(
+            {**rec("/p/anim.webp", 7), "kind": "animation"},
+            None,
+            items=[("frame", 0.0, None, vec(1))],
+        )
+        cat.store_photos(
+            [
+                {
+                    "image_id": i,
+                    "size": 100 + n,
+                    "mtime_ns": 1_000 + n,
+                    "taken": "2024-06-15 14:03:22",
+                    "taken_offset": "+02:00",
+                }  # fmt: skip
+                for i, n in ((photo, 0), (moving, 7))
+            ]
+        )
+    rows = cat.hit_rows([photo, moving])
+    sources = {rows[i]["path"]: Hit.from_row(rows[i], 1, 0.5).taken_source for i in rows}
+    assert sources == {"/p/photo.png": "exif", "/p/anim.webp": "container"}
