@@ -21,6 +21,9 @@ from click.testing import CliRunner
 from PIL import Image
 from test_disk import fill, small_disk, wherein  # noqa: F401  (small_disk: a fixture)
 
+from wherein.indexer.store.checked import CHECKED_FILE, MAX_AGE_S
+from wherein.indexer.store.index_store import IndexStore
+from wherein.indexer.store.integrity import IntegrityChecks
 from wherein.search.cli import cli
 
 from conftest import draw_shape
@@ -188,6 +191,12 @@ def rows_damaged(indexed, env) -> dict[str, Path]:
     index = env["index"]
     shutil.copytree(indexed["index"], index)
     db = index / "catalog.db"
+    damage_rows(db)
+    return {**indexed, "index": index, "db": db}
+
+
+def damage_rows(db: Path) -> None:
+    """500 random bytes into each of 3 leaf pages of the images table (rows_damaged)."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         try:
@@ -206,7 +215,6 @@ def rows_damaged(indexed, env) -> dict[str, Path]:
         for page in pages[2:5]:
             f.seek((page - 1) * page_size + rng.randrange(200, page_size - 600))
             f.write(rng.randbytes(500))
-    return {**indexed, "index": index, "db": db}
 
 
 @pytest.mark.parametrize("args", [*READERS, ("mask", "id:1", "red")], ids=lambda a: " ".join(a))
@@ -225,6 +233,55 @@ def test_readers_refuse_a_catalog_that_lost_rows_and_write_nothing(rows_damaged,
     # No cache, no mask, nothing else: the damaged index is left as it was.
     assert files() == before
     assert not (tmp_path / "out").exists()
+
+
+# -- the reader's check, remembered while the catalog is unchanged (checked.py) ----------------
+
+
+@pytest.mark.parametrize("times", ["new", "restored"])
+def test_damage_after_a_passed_check_is_still_caught(indexed, env, times):
+    index = env["index"]
+    shutil.copytree(indexed["index"], index)
+    db = index / "catalog.db"
+    assert run("search", "red", "-k", "3")[0] == 0
+    assert (index / CHECKED_FILE).is_file()  # the check passed and is remembered
+    st = db.stat()
+    damage_rows(db)  # same size; "restored": the same mtime too, as a careful tool leaves it
+    if times == "restored":
+        os.utime(db, ns=(st.st_atime_ns, st.st_mtime_ns))
+    line = one_error(*run("search", "red", "-k", "3"))
+    assert str(db) in line and "damaged" in line, line
+
+
+def test_an_unchanged_catalog_is_checked_once_a_changed_or_old_record_again(
+    indexed, env, shapes, monkeypatch
+):
+    index = env["index"]
+    shutil.copytree(indexed["index"], index)
+    checks = []
+    rows_problem = IntegrityChecks.rows_problem
+    monkeypatch.setattr(
+        IntegrityChecks, "rows_problem", lambda self: checks.append(1) or rows_problem(self)
+    )
+
+    def searches() -> int:
+        checks.clear()
+        for _ in range(3):
+            assert run("search", "red", "-k", "3")[0] == 0
+        return len(checks)
+
+    assert searches() == 1
+    index_json(str(shapes / "red_square.jpg"))  # a writer's commit: the catalog changed
+    assert searches() == 1
+    record = json.loads((index / CHECKED_FILE).read_text())
+    record["checked_at"] -= MAX_AGE_S + 1  # passed too long ago: bit rot changes no stamp
+    (index / CHECKED_FILE).write_text(json.dumps(record))
+    assert searches() == 1
+    # A read-only open trusts a record but never writes one.
+    (index / CHECKED_FILE).unlink()
+    with IndexStore.open(index, load_vectors=False, read_only=True):
+        pass
+    assert not (index / CHECKED_FILE).exists()
 
 
 # -- an empty or foreign catalog.db -----------------------------------------------------------

@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 import sqlite_utils
 
-from wherein.indexer.store import migrations
+from wherein.indexer.store import checked, migrations
 from wherein.indexer.store.base import blob_to_vector, vector_to_blob
 from wherein.indexer.store.connection import (
     CatalogReadOnly,
@@ -146,8 +146,8 @@ class Catalog(RegionsTable, SkipsTable, LabelsTable, IntegrityChecks):
                     raise self.too_new
             if verify and (problem := self.soundness_problem()) is not None:
                 raise damaged(path, problem)
-            if verify_rows and not verify and (problem := self.rows_problem()) is not None:
-                raise damaged(path, problem)
+            if verify_rows and not verify:
+                self._check_rows(path)
             self._db = sqlite_utils.Database(conn, execute_plugins=False)
             if not readonly:
                 # WAL: readers (search, status) never block the indexer; FULL: a committed
@@ -173,6 +173,17 @@ class Catalog(RegionsTable, SkipsTable, LabelsTable, IntegrityChecks):
         except BaseException:
             conn.close()
             raise
+
+    def _check_rows(self, path: Path) -> None:
+        """A reader's check (rows_problem), skipped while the catalog is unchanged since one
+        passed (checked.py); CatalogDamaged when it finds damage."""
+        before = checked.stamp(path)
+        if checked.still_checked(path, before):
+            return
+        if (problem := self.rows_problem()) is not None:
+            raise damaged(path, problem)
+        if not self.readonly:  # a read-only open writes nothing, this record neither
+            checked.remember_checked(path, before)
 
     def close(self) -> None:
         if self._vfile is not None:
