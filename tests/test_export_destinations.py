@@ -98,6 +98,41 @@ def test_a_symlink_into_the_index_is_refused(indexed, tmp_path):
     assert digest(indexed["index"]) == before and link.is_symlink()
 
 
+def test_the_python_export_request_overwrites_as_the_cli_does(indexed, tmp_path):
+    """ExportRequest(overwrite=True) is --overwrite: a user's regular file is replaced; an
+    indexed file, the index and a symlink's target never are."""
+    from wherein.search.export.errors import ExportError
+    from wherein.search.service.search import ExportRequest, SearchRequest, open_index, search
+
+    notes = tmp_path / "notes.csv"
+    notes.write_text("my notes\n")
+    photo = indexed["photos"] / "nested" / "yellow.gif"  # indexed, not a hit of red -k 3
+    link = tmp_path / "link.csv"
+    link.symlink_to(notes)
+    before = photo.read_bytes()
+    with open_index() as index:
+
+        def export(path: Path, overwrite: bool):
+            return search(
+                index,
+                SearchRequest("red", k=3, export=ExportRequest(path, "csv", overwrite=overwrite)),
+            )
+
+        with pytest.raises(ExportError, match="pass --overwrite"):
+            export(notes, False)
+        assert notes.read_text() == "my notes\n"
+        for kept, why in [
+            (photo, "a file in the index"),
+            (indexed["index"] / "catalog.db", "index folder"),
+            (link, "symlink"),
+        ]:
+            with pytest.raises(ExportError, match=why):
+                export(kept, True)
+        assert photo.read_bytes() == before and notes.read_text() == "my notes\n"
+        result = export(notes, True)
+    assert result.exported == notes and notes.read_text() == csv_of(COMMANDS["search"])
+
+
 # -- standard output -------------------------------------------------------------------------
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_dash_is_standard_output(indexed, command):
@@ -133,6 +168,93 @@ def test_a_fifo_is_written_as_a_stream(indexed, tmp_path, command):
     assert not reader.is_alive(), "the FIFO's reader never saw the end of the export"
     assert got == [expected.encode()]
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still a FIFO, not a regular file
+
+
+def test_a_fifo_nobody_reads_is_one_error_line_not_a_hang(indexed, tmp_path, monkeypatch):
+    from wherein.search.export import destination
+
+    monkeypatch.setattr(destination, "READER_WAIT_S", 0.5)
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    done: list = []
+    worker = threading.Thread(
+        target=lambda: done.append(run(*COMMANDS["search"], "--export", fifo, ok=False)),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(120)
+    if worker.is_alive():  # blocked opening the FIFO: let it go, then fail
+        with open(fifo, "rb") as f:
+            f.read()
+        worker.join(60)
+        pytest.fail("the export waited for a reader forever")
+    line = one_error_line(done[0])
+    assert str(fifo) in line and "no process opened this FIFO for reading" in line
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_fifo_swapped_for_a_file_after_the_check_is_not_written(indexed, tmp_path, monkeypatch):
+    """The FIFO checked before the search is a user's file by the time the export opens it:
+    nothing is written into that file."""
+    from wherein.search.export import hits
+
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    resolve = hits.resolve
+
+    def swapped(*a, **k):
+        dest = resolve(*a, **k)
+        if "reads" in k:  # write_export's own look, just before it writes (not check_export's)
+            fifo.unlink()
+            fifo.write_text("my notes\n")
+        return dest
+
+    monkeypatch.setattr(hits, "resolve", swapped)
+    line = one_error_line(run(*COMMANDS["search"], "--export", fifo, ok=False))
+    assert str(fifo) in line and "changed since it was checked" in line
+    assert fifo.read_text() == "my notes\n"
+
+
+@pytest.mark.parametrize("where", ["fifo", "device"])
+def test_parquet_is_refused_on_a_fifo_or_a_device(indexed, tmp_path, where):
+    dest = tmp_path / "pipe.parquet"
+    if where == "fifo":
+        os.mkfifo(dest)
+        # A reader, so that a regression writes (and the test fails) instead of blocking.
+        threading.Thread(target=dest.read_bytes, daemon=True).start()
+    else:
+        dest = Path("/dev/null")
+    line = one_error_line(
+        run(*COMMANDS["search"], "--export", dest, "--format", "parquet", ok=False)
+    )
+    assert "read from its end" in line and "csv or jsonl" in line, line
+    kind = stat.S_ISFIFO if where == "fifo" else stat.S_ISCHR
+    assert kind(os.lstat(dest).st_mode)
+
+
+def test_parquet_goes_to_standard_output_only_when_it_is_a_file(indexed, tmp_path):
+    pytest.importorskip("pyarrow")
+    argv = [sys.executable, "-m", "wherein.search.cli", *COMMANDS["search"]]
+    argv += ["--export", "-", "--format", "parquet"]
+    piped = subprocess.run(argv, capture_output=True, timeout=300)
+    lines = error_lines(piped.stderr.decode())
+    assert piped.returncode == 1 and piped.stdout == b"", lines
+    assert len(lines) == 1 and "cannot go to a pipe or a terminal" in lines[0], lines
+    out = tmp_path / "hits.parquet"
+    with open(out, "wb") as f:
+        redirected = subprocess.run(argv, stdout=f, stderr=subprocess.PIPE, timeout=300)
+    assert redirected.returncode == 0, redirected.stderr
+    from wherein.search.export.hits import read_export
+
+    assert [r["path"] for r in read_export(out)] == [
+        r["path"] for r in read_export_csv(csv_of(COMMANDS["search"]))
+    ]
+
+
+def read_export_csv(text: str) -> list[dict]:
+    from wherein.search import output
+
+    return output.read_csv(text)
 
 
 def _full_devices(tmp_path: Path) -> list[Path]:

@@ -6,8 +6,12 @@
   over it (atomic: a failed export leaves the old file byte for byte; the old
   file's permissions are kept);
 - a symlink: written through to its target, which is replaced as above (the link stays);
-- ``-``: standard output (file formats only: a folder of files cannot be a stream);
-- a FIFO or a character device: opened and written as a stream, no rename, and a
+- ``-``: standard output (file formats only: a folder of files cannot be a stream; a
+  format read from its end, parquet, only when standard output is a file);
+- a FIFO or a character device: written as a stream, no rename, when the format is one
+  (Format.stream: csv, jsonl, coco; parquet is refused); a FIFO waits READER_WAIT_S for its
+  reader, never forever, and what is opened must still be a FIFO or a device (opened
+  without following a link), so nothing swapped in since the check is written over. A
   write error (a full device) is an error;
 - any other regular file is refused (one line naming it and --overwrite);
 - anything else that exists (a block device, a socket) is refused;
@@ -29,10 +33,12 @@ like a frame is not one of them.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +98,7 @@ class Destination:
                 assert self.path is not None
                 # No temporary file and no rename: the FIFO's reader, or the device, gets
                 # the bytes; close() flushes, so a full device raises here, not later.
-                with open(self.path, "wb") as stream:
+                with os.fdopen(_open_stream(self.given, self.path), "wb") as stream:
                     stream.write(data)
             else:
                 assert self.path is not None
@@ -101,6 +107,39 @@ class Destination:
                     _keep_mode(self.path, tmp)
         except OSError as exc:
             raise ExportError(f"{self.shown}: cannot write ({exc.strerror or exc})") from None
+
+
+# How long an export waits for a FIFO's reader to open it (a reader started just after the
+# command still gets the export; a FIFO nobody reads is one error line, not a hang).
+READER_WAIT_S = 10.0
+
+
+def _open_stream(given: str, path: Path) -> int:
+    """A descriptor writing to the FIFO or character device at path (blocking writes)."""
+    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    deadline = time.monotonic() + READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, flags)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: a FIFO with no reader yet
+                raise
+            if time.monotonic() >= deadline:
+                raise ExportError(
+                    f"{given}: no process opened this FIFO for reading within "
+                    f"{READER_WAIT_S:g} s; start its reader (e.g. `cat {given}`) first"
+                ) from None
+            time.sleep(0.1)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+            raise ExportError(f"{given}: changed since it was checked; nothing written")
+        os.set_blocking(fd, True)  # a full pipe waits for its reader, as a shell's `>` does
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _keep_mode(old: Path, new: Path) -> None:
@@ -126,6 +165,11 @@ def resolve(
         if fmt.layout == "folder":
             raise ExportError(
                 f"a {fmt.name} export is a folder of files: it cannot go to standard output (-)"
+            )
+        if not fmt.stream and not _stdout_is_a_file():
+            raise ExportError(
+                f"a {fmt.name} file is read from its end: it cannot go to a pipe or a terminal "
+                f"(-); redirect standard output to a file, or --export FILE{fmt.suffixes[0]}"
             )
         return Destination(given, "stdout", None)
     if not given.strip():
@@ -163,6 +207,12 @@ def resolve(
         _refuse_foreign(given, path, target, fmt, keep)
         return Destination(given, "file", target)
     if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        if not fmt.stream:
+            what = "a FIFO" if stat.S_ISFIFO(mode) else "a character device"
+            raise ExportError(
+                f"{given}: is {what}, and a {fmt.name} file is read from its end, so it cannot "
+                f"be streamed: export to a FILE{fmt.suffixes[0]}, or to csv or jsonl"
+            )
         return Destination(given, "stream", target)
     what = (
         "block device"
@@ -300,6 +350,15 @@ def frames_destination(
                 "overwrites it: choose another path"
             )
     return target
+
+
+def _stdout_is_a_file() -> bool:
+    """Whether standard output is a regular file (redirected with >), not a pipe or a
+    terminal."""
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a captured stdout)
+        return False
 
 
 def _refuse_kept(given: str, target: Path, keep: Sequence[Guard]) -> None:

@@ -26,7 +26,10 @@ class Format:
 
     kind: "table" writes one row per hit; "labels" writes the hits' masks as
     dataset labels (the command needs --mask). layout: "file" or "folder" (a
-    folder export cannot go to standard output). encoder/finisher: "module.function"
+    folder export cannot go to standard output). stream: a reader can take the file
+    front to back as it comes (csv and JSON lines row by row, COCO's one JSON document), so
+    it may go to a pipe, a FIFO or a device; parquet is read from its end (the footer), so
+    it goes to a file. encoder/finisher: "module.function"
     in this package; a table encoder takes the hits and returns bytes, a label
     encoder turns one image into a Piece and the finisher writes the index files.
     """
@@ -37,6 +40,7 @@ class Format:
     layout: Literal["file", "folder"]
     encoder: str
     finisher: str | None = None
+    stream: bool = True
 
     @property
     def encode(self) -> Callable[..., Any]:
@@ -64,10 +68,12 @@ FORMATS: dict[str, Format] = {
     for f in (
         Format("csv", (".csv",), "table", "file", "rows.csv_bytes"),
         Format("jsonl", (".jsonl", ".ndjson", ".json"), "table", "file", "rows.jsonl_bytes"),
-        Format("parquet", (".parquet", ".pq"), "table", "file", "rows.parquet_bytes"),
+        Format("parquet", (".parquet", ".pq"), "table", "file", "rows.parquet_bytes", stream=False),
         Format("coco", (".coco.json",), "labels", "file", "coco.encode", "coco.finish"),
-        Format("yolo", (".yolo",), "labels", "folder", "yolo.encode", "yolo.finish"),
-        Format("masks", (".masks",), "labels", "folder", "pngmasks.encode", "pngmasks.finish"),
+        Format("yolo", (".yolo",), "labels", "folder", "yolo.encode", "yolo.finish", False),
+        Format(
+            "masks", (".masks",), "labels", "folder", "pngmasks.encode", "pngmasks.finish", False
+        ),
     )
 }
 TABLE_FORMATS = tuple(n for n, f in FORMATS.items() if f.kind == "table")
