@@ -11,7 +11,7 @@ starts a real `wherein serve` process on 127.0.0.1 with a free port, then runs t
 clients (threads, one keep-alive connection each) until --requests are done or
 --seconds have passed. Every response must be a 200 with a body; any other outcome is
 counted as an error and listed. Prints latency percentiles per kind of request and
-writes the table to bench/results/serve.md when --write is given. With --rounds N the
+adds the report to bench/results/serve.md when --write is given. With --rounds N the
 load runs N times over one server, and the server's resident memory (VmRSS, and its
 peak VmHWM, from /proc) is sampled before the first round and after each: a server
 whose memory is bounded stops growing after the first. The server's CPU time in each round
@@ -24,6 +24,24 @@ tower, so a query imports no torch), built once into DIR with random weights (`w
 models convert`; the speed and memory of the real models, not their answers), beside the
 stand-in CLIPSeg (no full-size CLIPSeg is built offline). The report
 says whether the server process mapped torch at all.
+
+The standard mix asks 12 query texts, pages 1-3 of 48: one block of 200 hits each, so after
+its first 12 searches the server's reuse of identical answers serves every search in it.
+--vary-queries makes each search a query not asked before: one to three of the known texts
+with random weights and signs (``red:1.37 + blue:0.42 - white:0.8``), so the text vectors
+are known (the server's text cache applies) but no answer can be reused; --new-texts P
+makes that share of them also carry a text never seen (``a red thing 1234``: an encode).
+
+A search's times in the server (its ``timings``, ms) are summarised beside its latency:
+``total_ms`` (the search's own work), ``encode_wait_ms`` (a new text's encoding),
+``queued_ms`` (waiting for a search thread), ``lane_ms`` (its time on the search thread),
+``thread_wait_ms`` (from the request's arrival in the app to its handler: the wait for a
+request thread and the event loop) and ``route_ms`` (the handler's whole time, JSON
+encoding excluded); what is left of the client's latency is the HTTP layer. A reused answer
+reports no lane (those rows count only the full searches).
+
+--write adds the report to bench/results/serve.md under its title, above the sections
+already there (they are the history).
 
 Nothing here listens on anything but 127.0.0.1, and nothing leaves the machine.
 """
