@@ -284,6 +284,27 @@ def test_an_unchanged_catalog_is_checked_once_a_changed_or_old_record_again(
     assert not (index / CHECKED_FILE).exists()
 
 
+def test_a_readers_check_never_opens_the_catalog_beside_sqlite(indexed, env, monkeypatch):
+    """SQLite's locks are POSIX locks: closing any descriptor of catalog.db drops them for
+    the whole process, and another process's checkpoint can then rewrite pages a live
+    connection (serve's) still reads. The remembered check must look at the file by stat."""
+    index = env["index"]
+    shutil.copytree(indexed["index"], index)
+    opened: list[str] = []
+    real_open = os.open
+
+    def watching_open(path, *args, **kwargs):
+        opened.append(os.path.basename(os.fsdecode(path)))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", watching_open)
+    for _ in range(2):  # the check run and recorded, then the record compared
+        with IndexStore.open(index, load_vectors=False) as store:
+            assert store.catalog.count_images() > 0
+    assert (index / CHECKED_FILE).exists()
+    assert "catalog.db" not in opened
+
+
 # -- an empty or foreign catalog.db -----------------------------------------------------------
 @pytest.mark.parametrize("kind", ["empty", "foreign_sqlite", "text"])
 def test_an_empty_or_foreign_catalog_is_refused_and_left_alone(indexed, env, shapes, kind):

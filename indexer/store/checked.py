@@ -4,13 +4,18 @@ Every reading command checks the pages of the tables of files and items before i
 (IntegrityChecks.rows_problem: about 2 s at 1M files). The check is skipped when the
 catalog is the very file it was when a check last passed: the same device, inode, size,
 modification and change times (a change time cannot be set back, so a tool that restores
-the mtime after writing is still seen), the same SQLite file change counter, and the same
+the mtime after writing is still seen), and the same
 -wal (size 0 and absent count as one: nothing is read from an empty log; a non-empty one by
 its identity, since a writer's commits land there first). The record lives beside the
 catalog (CHECKED_FILE); it is written only after a check passed and the catalog was the
 same before and after it, never by a read-only open. Damage that changes no time stamp (a
 disk's bit rot) is caught by the next full check: the record is trusted for MAX_AGE_S at
 most.
+
+The catalog is looked at with stat() only, never opened: SQLite's locks are POSIX locks,
+which the kernel drops for the whole process when any descriptor of the file is closed, so
+opening and closing the catalog beside a live connection would let another process's
+checkpoint rewrite pages this process is still reading (a reader stuck on an old view).
 """
 
 from __future__ import annotations
@@ -18,16 +23,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
-from wherein.indexer.regular import open_regular, read_regular
+from wherein.indexer.regular import read_regular
 from wherein.indexer.store.atomic import write_atomic
 
 CHECKED_FILE = "catalog.checked.json"
 MAX_AGE_S = 24 * 3600
-_HEADER = 100  # SQLite's file header; the change counter is bytes 24-27, big-endian
 _LIMIT = 4096
 
 
@@ -35,9 +40,10 @@ def stamp(db: Path) -> dict[str, Any] | None:
     """What identifies the catalog's content now; None when it cannot be told (then the
     check runs)."""
     try:
-        with open_regular(db) as (fd, st):
-            header = os.read(fd, _HEADER)
+        st = os.stat(db)
     except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
         return None
     wal: list[int] | None = None
     try:
@@ -50,7 +56,6 @@ def stamp(db: Path) -> dict[str, Any] | None:
         return None
     return {
         "catalog": [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns],
-        "counter": int.from_bytes(header[24:28], "big") if len(header) >= 28 else None,
         "wal": wal,
     }
 
