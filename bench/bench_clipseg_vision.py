@@ -28,16 +28,11 @@ from pathlib import Path
 def build_pieces(work: Path) -> dict[str, Path]:
     import litert_torch
     import torch
-    from transformers import CLIPSegConfig, CLIPSegForImageSegmentation
+    from bench_mask import as_module, random_full_clipseg
 
     from wherein.indexer.models.optimize.build import make_int8
 
-    config = CLIPSegConfig(
-        vision_config={"patch_size": 16}, use_complex_transposed_convolution=True
-    )
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = CLIPSegForImageSegmentation(config).eval()
+    model = random_full_clipseg()
     vm = model.clip.vision_model
     layer = vm.encoder.layers[0]
     with torch.no_grad():
@@ -71,21 +66,12 @@ def build_pieces(work: Path) -> dict[str, Path]:
         "embeddings, position table for 352 as a constant": (embeddings_const, img),
     }
 
-    class Wrap(torch.nn.Module):
-        def __init__(self, fn) -> None:
-            super().__init__()
-            self.fn = fn
-            self.model = model
-
-        def forward(self, *xs):
-            return self.fn(*xs)
-
     work.mkdir(parents=True, exist_ok=True)
     out = {}
     for i, (name, (fn, ex)) in enumerate(pieces.items()):
         fp32, int8 = work / f"piece{i}.tflite", work / f"piece{i}_int8.tflite"
         if not int8.is_file():
-            litert_torch.convert(Wrap(fn).eval(), (ex,)).export(str(fp32))
+            litert_torch.convert(as_module(fn, model).eval(), (ex,)).export(str(fp32))
             make_int8(fp32, int8, lambda s: print(s, file=sys.stderr))
         out[name] = int8
     return out

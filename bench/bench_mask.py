@@ -554,6 +554,37 @@ def prefetched_open(
     return opens, made_in
 
 
+def random_full_clipseg():
+    """A full-size CLIPSeg rd64-refined with random weights (seed 0): transformers' default
+    config with patch 16 and the complex transposed convolution, eager attention."""
+    import torch
+    from transformers import CLIPSegConfig, CLIPSegForImageSegmentation
+
+    config = CLIPSegConfig(
+        vision_config={"patch_size": 16}, use_complex_transposed_convolution=True
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return CLIPSegForImageSegmentation(config).eval()
+
+
+def as_module(fn, model):
+    """fn (a piece of model's forward) as a torch module for litert_torch.convert, holding
+    model so that its weights are the module's parameters."""
+    import torch
+
+    class Piece(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fn = fn
+            self.model = model
+
+        def forward(self, *xs):
+            return self.fn(*xs)
+
+    return Piece()
+
+
 def build_full(work: Path) -> Path:
     """Random-weight full-size CLIPSeg -> three LiteRT graphs + assets in work/models/clipseg."""
     target = work / "models"
@@ -570,19 +601,13 @@ def build_full(work: Path) -> Path:
         return target
     import litert_torch
     import torch
-    from transformers import CLIPSegConfig, CLIPSegForImageSegmentation
 
     sys.path.insert(0, str(ROOT / "tests"))
     from test_clipseg_parity import split, write_assets
 
     from wherein.schemas.models import CLIPSEG
 
-    config = CLIPSegConfig(
-        vision_config={"patch_size": 16}, use_complex_transposed_convolution=True
-    )
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = CLIPSegForImageSegmentation(config).eval()
+    model = random_full_clipseg()
     write_assets(model, d)
     ex = {
         "vision": (torch.zeros(1, 3, 352, 352),),
@@ -590,20 +615,13 @@ def build_full(work: Path) -> Path:
         "decoder": tuple(torch.zeros(1, 485, 768) for _ in range(3)) + (torch.zeros(1, 512),),
     }
 
-    class Wrap(torch.nn.Module):
-        def __init__(self, fn) -> None:
-            super().__init__()
-            self.fn = fn
-            self.model = model
-
-        def forward(self, *xs):
-            return self.fn(*xs)
-
     for name, piece, spec in zip(
         ("vision", "text", "decoder"), split(model), CLIPSEG.graphs, strict=True
     ):
         t = time.perf_counter()
-        litert_torch.convert(Wrap(piece.fn).eval(), ex[name]).export(str(d / spec.filename))
+        litert_torch.convert(as_module(piece.fn, model).eval(), ex[name]).export(
+            str(d / spec.filename)
+        )
         print(f"converted {spec.filename} in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     return target
 
