@@ -234,7 +234,7 @@ def stage(name: str, path: Path, model_dir: Path) -> dict:
     """One measurement, in this (child) process."""
     import av
 
-    from wherein.indexer.video import sample
+    from wherein.indexer.video.sample import sample
 
     out: dict = {}
     t0, c0 = time.perf_counter(), time.process_time()
@@ -407,7 +407,7 @@ def main() -> None:
         log(f"wherein index: {name}")
         runs[name] = index_run(folders, model_dir, work / f"index-{name}")
     load.append(os.getloadavg()[0])
-    from wherein.indexer.video import probe
+    from wherein.indexer.video.probe import probe
 
     md = report(
         cmd,

@@ -17,7 +17,7 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 if TYPE_CHECKING:
     from wherein.indexer.photometa import PhotoMeta  # photometa imports this module
-    from wherein.indexer.video.probe import VideoInfo
+    from wherein.indexer.video.frames import VideoInfo
 
 from wherein.indexer.regions import Tiling, region_inputs
 from wherein.schemas.models import (

@@ -228,7 +228,7 @@ def frame_image(f: IndexedFile) -> Image.Image:
     """The frame shown at f.time seconds of an indexed file of a timed kind, full size, read
     from the verified file by its kind; NotFound for a file whose kind has no frames."""
     from wherein.indexer.imaging import DecodeError, Locator
-    from wherein.indexer.video import VideoError  # PyAV: only when a frame is asked
+    from wherein.indexer.video.frames import VideoError
 
     if not f.timed:
         raise NotFound(f"image {f.id}: not a video in this index")

@@ -20,7 +20,7 @@ from PIL import Image
 from wherein.indexer.models.clipseg import ClipSeg
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.standins.palette import rgb255
-from wherein.indexer.video import frame_at
+from wherein.indexer.video.sample import frame_at
 from wherein.schemas.records import Hit
 from wherein.search.cache.vision_store import VisionStore
 from wherein.search.cli import cli

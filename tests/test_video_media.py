@@ -28,15 +28,9 @@ from video_files import (  # noqa: F401
 
 from wherein.indexer.imaging import Locator
 from wherein.indexer.kinds import registry
-from wherein.indexer.video import (
-    VideoError,
-    frame_at,
-    is_video_file,
-    parse_iso6709,
-    probe,
-    sample,
-    sniff,
-)
+from wherein.indexer.video import is_video_file, sniff
+from wherein.indexer.video.probe import VideoError, parse_iso6709, probe
+from wherein.indexer.video.sample import frame_at, sample
 
 
 def colour_of(frame) -> tuple[int, ...]:

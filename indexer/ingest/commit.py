@@ -19,7 +19,7 @@ from wherein.indexer.ingest.plan import Decision, Kind, Plan, Work
 from wherein.indexer.ingest.read import Unsettled
 from wherein.indexer.ingest.videos import FrameChunk, VideoJob
 from wherein.indexer.store.catalog import Catalog
-from wherein.indexer.video import VideoInfo
+from wherein.indexer.video.frames import VideoInfo
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from wherein.indexer.kinds.registry import kind_by_name, kind_of
 from wherein.indexer.photometa import PhotoMeta
 from wherein.indexer.regions import Tiling
 from wherein.indexer.regular import MAX_PHOTO_BYTES, open_regular, read_fd, too_large
-from wherein.indexer.video.probe import VideoError
+from wherein.indexer.video.frames import VideoError
 from wherein.schemas.models import ImageInput
 
 _BLOCK = 1 << 20  # a video is hashed in blocks: never whole in memory

@@ -25,8 +25,7 @@ import numpy as np
 from wherein.indexer.imaging import model_input
 from wherein.indexer.ingest.pipeline import Step
 from wherein.indexer.kinds.base import FrameSource, MediaKind
-from wherein.indexer.video.probe import VideoError
-from wherein.indexer.video.sample import EVERY, MAX_FRAMES, Frame
+from wherein.indexer.video.frames import EVERY, MAX_FRAMES, Frame, VideoError
 from wherein.schemas.models import ImageInput
 
 CHUNK = 16  # frames per decode task: ~10 MB of 224-px model input

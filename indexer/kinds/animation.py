@@ -22,12 +22,13 @@ from PIL import Image, ImageSequence
 from wherein.indexer.imaging import MAX_PIXELS, to_rgb
 from wherein.indexer.kinds.base import FrameSource, MediaKind, Source
 from wherein.indexer.regular import NotRegular, open_regular_file
-from wherein.indexer.video.probe import VideoError, VideoInfo
-from wherein.indexer.video.sample import (
+from wherein.indexer.video.frames import (
     LONG_SIDE,
     SCENE_CUT,
     Frame,
     Schedule,
+    VideoError,
+    VideoInfo,
     image_signature,
     scene_diff,
 )

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
 
     from wherein.indexer.imaging import Locator, Prepared
     from wherein.indexer.regions import Tiling
-    from wherein.indexer.video.probe import VideoInfo
-    from wherein.indexer.video.sample import Frame
+    from wherein.indexer.video.frames import Frame, VideoInfo
     from wherein.schemas.models import ImageInput
 
 HEAD_BYTES = 64  # what the registry reads to sniff; enough for every signature here

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from wherein.indexer.imaging import Locator
-    from wherein.indexer.video.probe import VideoInfo
+    from wherein.indexer.video.frames import VideoInfo
 
 
 class Video(MediaKind):
@@ -51,7 +51,7 @@ class Video(MediaKind):
 def _file(path: Source) -> str | Path:
     """A video is read from a local file (in_memory is False: no caller hands it bytes)."""
     if not isinstance(path, str | Path):
-        from wherein.indexer.video.probe import VideoError
+        from wherein.indexer.video.frames import VideoError
 
         raise VideoError("a video is read from a file, not from bytes in memory")
     return path

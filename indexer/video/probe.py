@@ -10,7 +10,6 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -20,29 +19,11 @@ import av
 
 from wherein.indexer.regular import NotRegular, open_regular_file
 from wherein.indexer.video.detect import HEAD_BYTES, sniff
+from wherein.indexer.video.frames import VideoError, VideoInfo
 
 if TYPE_CHECKING:
     from av.container import InputContainer
     from av.video.stream import VideoStream
-
-
-class VideoError(Exception):
-    """The file is not a video wherein can read; the message is the recorded reason."""
-
-
-@dataclass(frozen=True)
-class VideoInfo:
-    duration: float  # seconds; 0.0 when the container does not say
-    fps: float  # average frame rate; 0.0 when unknown
-    width: int  # as a player shows it (rotation applied)
-    height: int
-    codec: str
-    rotation: int  # degrees counter-clockwise a player turns the stored frames (0/90/180/270)
-    taken: str | None = None  # "YYYY-MM-DD HH:MM:SS" as photometa's taken
-    taken_offset: str | None = None  # "+HH:MM"; "+00:00" for the container's UTC creation_time
-    lat: float | None = None
-    lon: float | None = None
-    container: str = ""  # by content: "mp4", "mov", "webm" (an animation's: "gif", "png")
 
 
 @contextmanager

@@ -11,37 +11,29 @@ seconds from the stream's own timestamps (so variable frame rates are right).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import av
 import numpy as np
-from PIL import Image
 
-from wherein.indexer.video.probe import VideoError, _reason, duration_of, open_video, time_base
+from wherein.indexer.video.frames import (
+    _EPS,
+    _SIG,
+    EVERY,
+    LONG_SIDE,
+    MAX_FRAMES,
+    SCENE_CUT,
+    Frame,
+    Schedule,
+    VideoError,
+    scene_diff,
+)
+from wherein.indexer.video.probe import _reason, duration_of, open_video, time_base
 
 if TYPE_CHECKING:
     from av.video.frame import VideoFrame
     from av.video.stream import VideoStream
-
-EVERY = 2.0  # seconds between samples at most
-MAX_FRAMES = 600  # per video; a longer video is sampled more sparsely, over its whole length
-LONG_SIDE = 448  # twice the 224-px tower's input: the 352-px mask input still resizes down
-SCENE_CUT = 0.12  # mean absolute difference of 16x16 thumbnails (0..1) that counts as a cut
-SCENE_GAP = 0.25  # seconds: flicker and flashes must not flood the samples
-_SIG = 16
-_EPS = 1e-3  # seconds: pts are exact rationals, but their float times are not
-
-
-@dataclass
-class Frame:
-    time: float  # seconds from the start of the video stream
-    array: np.ndarray  # [H, W, 3] uint8 RGB, as displayed
-    reason: str  # "first", "interval" or "scene"
-
-    def image(self) -> Image.Image:
-        return Image.fromarray(self.array, "RGB")
 
 
 class Sampling:
@@ -130,51 +122,6 @@ class Sampling:
         return _rgb(frame, max(1, round(w * scale)), max(1, round(h * scale)))
 
 
-class Schedule:
-    """Which decoded frames become samples, told one frame at a time (every timed kind's
-    sampler: the same rules for a video's frames and an animation's).
-
-    Without a grid a sample is due `every` seconds after the last one; on a long video's
-    grid, at slot k * grid. The sample for a due time is the latest frame not after it: that
-    frame is held (`pending`) until the next one shows it was the last, since the next
-    frame's time is known only when it arrives (variable frame rates, skipped non-keyframes).
-    A scene cut takes a sample at once (on a grid only when a slot is less than half a slot
-    away, so cuts never add to the count).
-    """
-
-    def __init__(self, every: float, grid: float, max_frames: int) -> None:
-        self.every, self.grid, self.max_frames = every, grid, max_frames
-        self.taken, self.due, self.last = 0, 0.0, -np.inf
-        self.pending: tuple[float, Any] | None = None
-
-    @property
-    def full(self) -> bool:
-        return self.taken >= self.max_frames
-
-    def offer(self, t: float, item: Any, scene: bool) -> list[tuple[float, Any, str]]:
-        picks = []
-        if self.taken and t > self.due + _EPS and self.pending is not None:
-            picks.append(self._take(*self.pending, "interval"))
-            if self.full:
-                return picks
-        if not self.taken:
-            picks.append(self._take(t, item, "first"))
-        elif t >= self.due - _EPS:  # at the due time, or no frame came nearer to it
-            picks.append(self._take(t, item, "interval"))
-        elif (
-            scene and t - self.last >= SCENE_GAP and (not self.grid or self.due - t < self.grid / 2)
-        ):
-            picks.append(self._take(t, item, "scene"))
-        else:
-            self.pending = (t, item)
-        return picks
-
-    def _take(self, t: float, item: Any, reason: str) -> tuple[float, Any, str]:
-        self.taken, self.last, self.pending = self.taken + 1, t, None
-        self.due = self.taken * self.grid if self.grid else t + self.every
-        return t, item, reason
-
-
 def sample(path: str | Path, **kw) -> Sampling:
     """The frames to index from one video (see Sampling); raises VideoError on iteration when
     the file is no readable video."""
@@ -249,14 +196,3 @@ def _rgb(frame: VideoFrame, w: int, h: int) -> np.ndarray:
 def _signature(frame: VideoFrame) -> np.ndarray:
     small = frame.reformat(width=_SIG, height=_SIG, format="rgb24", interpolation="AREA")
     return small.to_ndarray().astype(np.int16)
-
-
-def image_signature(image: Image.Image) -> np.ndarray:
-    """What scene_diff compares, of a decoded RGB image (an animation's frame)."""
-    small = image.convert("RGB").resize((_SIG, _SIG), Image.Resampling.BOX)
-    return np.asarray(small, dtype=np.int16)
-
-
-def scene_diff(a: np.ndarray, b: np.ndarray) -> float:
-    """How far apart two frames' signatures are (0..1); above SCENE_CUT is a cut."""
-    return float(np.abs(a - b).mean()) / 255.0

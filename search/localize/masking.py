@@ -421,7 +421,7 @@ def frame_image(path: str | Path, time: float) -> Image.Image:
     outside the file names its range)."""
     from wherein.indexer.imaging import Locator
     from wherein.indexer.kinds.registry import kind_of
-    from wherein.indexer.video.probe import VideoError
+    from wherein.indexer.video.frames import VideoError
 
     try:
         return kind_of(path).image_at(path, Locator("frame", t=time))
