@@ -230,6 +230,12 @@ class IndexedBPE:
         with index.open("rb") as f:
             header, start = _read_header(f)
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        # A query's look-ups are binary searches: a few scattered pages each. Without this
+        # hint every page fault also maps its neighbours (read-ahead, fault-around), which
+        # no search reads: a server held ~10 MB of the 14 MB file after a few dozen
+        # queries, ~5 MB with it. The pages a search does read are read as before.
+        with contextlib.suppress(AttributeError, OSError):  # no madvise off Linux/BSD
+            self._map.madvise(mmap.MADV_RANDOM)
         self._arrays = {
             name: np.frombuffer(
                 self._map,
