@@ -81,6 +81,20 @@ def test_tokens_equal_open_clips_tokenizer(text):
     assert Tokenizer()(text).tolist() == want.tolist()
 
 
+def test_bpe_tables_equal_open_clips_vocabulary_and_merge_ranks():
+    # Every entry, not only those a few prompts reach: the tables are built from the merges
+    # file by hand (no pairs kept), and a wrong id or rank would show only for some words.
+    from open_clip.tokenizer import SimpleTokenizer
+
+    from wherein.indexer.models.text_tower_litert import ClipBPE, open_clip_bpe_file
+
+    ref, ours = SimpleTokenizer(), ClipBPE(open_clip_bpe_file())
+    assert len(ref.encoder) == len(ours.encoder._keys)
+    assert all(ours.encoder.get(token) == i for token, i in ref.encoder.items())
+    assert len(ref.bpe_ranks) == len(ours.ranks._keys)
+    assert all(ours.ranks.get(f"{a} {b}") == r for (a, b), r in ref.bpe_ranks.items())
+
+
 def test_long_prompt_keeps_75_content_tokens(model):
     ids = model.tokenize(" ".join(["red"] * 200))
     assert ids[0] == CLIPSEG_SOT and ids[76] == CLIPSEG_EOT
