@@ -40,6 +40,11 @@ request thread and the event loop) and ``route_ms`` (the handler's whole time, J
 encoding excluded); what is left of the client's latency is the HTTP layer. A reused answer
 reports no lane (those rows count only the full searches).
 
+--breakdown adds the server's resident memory per mapping (/proc/PID/smaps: the text
+tower's packed weights, each library, [heap] and [anon]) at round 0 and after the last
+round. The report also says whether FFmpeg's libraries (PyAV) were mapped: a server that
+serves only photos should never load them.
+
 --write adds the report to bench/results/serve.md under its title, above the sections
 already there (they are the history).
 
@@ -116,6 +121,12 @@ def start_server(index: Path, models: Path, cache_mb: float) -> tuple[subprocess
         stdout=subprocess.DEVNULL,
         text=True,
     )
+    return proc, wait_for_port(proc)
+
+
+def wait_for_port(proc: subprocess.Popen) -> int:
+    """The port a starting `wherein serve` (stderr piped, text) listens on; keeps it drained."""
+    assert proc.stderr is not None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
@@ -124,7 +135,7 @@ def start_server(index: Path, models: Path, cache_mb: float) -> tuple[subprocess
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         if m:
             threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep it drained
-            return proc, int(m.group(1))
+            return int(m.group(1))
     raise SystemExit("wherein serve did not start within 120 s")
 
 
@@ -236,6 +247,35 @@ def rss_mb(pid: int) -> tuple[float, float, float, float]:
     return fields["VmRSS"], fields["VmHWM"], fields["RssAnon"], fields["RssFile"]
 
 
+def mapped_mb(pid: int) -> dict[str, float]:
+    """Resident MB per mapping of the process (/proc/PID/smaps): a file by its name (a
+    library's versions and a cache's digest kept, its folder dropped), anonymous memory as
+    [heap], [stack] or [anon] (malloc's arenas, thread stacks, native allocations)."""
+    out: dict[str, float] = defaultdict(float)
+    name = "[anon]"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(None, 5)
+        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", head[0]):
+            path = head[5].strip() if len(head) > 5 else ""
+            name = Path(path).name if path.startswith("/") else (path or "[anon]")
+        elif head[0] == "Rss:":
+            out[name] += int(head[1]) / 1024
+    return dict(out)
+
+
+def breakdown(start: dict[str, float], end: dict[str, float], top: int = 18) -> list[str]:
+    """A table of the mappings that hold the most memory at the end, with their start."""
+    rows = sorted(end.items(), key=lambda kv: -kv[1])
+    lines = ["| mapping | MB at start | MB at the end |", "|---|---|---|"]
+    for name, mb in rows[:top]:
+        lines.append(f"| {name} | {start.get(name, 0.0):.1f} | {mb:.1f} |")
+    rest_start = sum(start.values()) - sum(start.get(n, 0.0) for n, _ in rows[:top])
+    rest_end = sum(mb for _, mb in rows[top:])
+    lines.append(f"| everything else | {rest_start:.1f} | {rest_end:.1f} |")
+    lines.append(f"| total | {sum(start.values()):.1f} | {sum(end.values()):.1f} |")
+    return lines
+
+
 def cpu_s(pid: int) -> float:
     """The process's CPU time so far (user + system, /proc/PID/stat), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -342,6 +382,11 @@ def main() -> None:
         metavar="P",
         help="with --vary-queries: this share of searches also has a text never seen",
     )
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="add the server's resident memory per mapping (smaps) at the start and the end",
+    )
     ap.add_argument("--write", action="store_true", help="add the report to bench/results/serve.md")
     args = ap.parse_args()
 
@@ -368,6 +413,7 @@ def main() -> None:
         assert status == 200, body[:200]
         ids = [h["id"] for h in json.loads(body)["hits"]]
         memory = [rss_mb(server.pid)]
+        maps_start = mapped_mb(server.pid)
         cpu = [cpu_s(server.pid)]
         rounds = []
         for _ in range(args.rounds):
@@ -385,6 +431,8 @@ def main() -> None:
             memory.append(rss_mb(server.pid))
             cpu.append(cpu_s(server.pid))
         torch_mapped = maps_torch(server.pid)
+        maps_end = mapped_mb(server.pid)
+        av_mapped = any(name.startswith("libavcodec") for name in maps_end)
         result = merge(rounds)
         cache = json.loads(warm.get("/api/status")[1])["cache"]
     finally:
@@ -414,6 +462,7 @@ def main() -> None:
         + (f" --default-path {args.default_path}" if args.default_path else "")
         + (" --vary-queries" if args.vary_queries else "")
         + (f" --new-texts {args.new_texts:g}" if args.new_texts else "")
+        + (" --breakdown" if args.breakdown else "")
     )
     for key, values in server.items():
         if values:
@@ -447,6 +496,8 @@ def main() -> None:
             f"(load average {load_before:.1f} before, {load:.1f} at the end), Python "
             f"{platform.python_version()}; {which}. torch in the server: "
             + ("mapped" if torch_mapped else "never imported")
+            + "; FFmpeg (PyAV): "
+            + ("mapped" if av_mapped else "not mapped")
             + ".",
             "",
             f"{args.images} synthetic photos (640x480 to 1024x768 JPEGs), indexed, then one "
@@ -473,6 +524,16 @@ def main() -> None:
             "|---|---|---|---|---|---|---|---|",
             *curve,
             "",
+            *(
+                [
+                    "Resident memory per mapping (`/proc/PID/smaps`; round 0 and the last):",
+                    "",
+                    *breakdown(maps_start, maps_end),
+                    "",
+                ]
+                if args.breakdown
+                else []
+            ),
         ]
     )
     print(report)
