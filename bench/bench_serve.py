@@ -311,6 +311,17 @@ def default_path_models(root: Path) -> Path:
     return models
 
 
+def clipseg_kind(models: Path) -> str:
+    """The stand-in CLIPSeg (kilobyte graphs) or a full-size one, and its vision graph."""
+    from wherein.indexer.models.modeldir import ModelDir
+
+    vision = ModelDir(models).clipseg_vision_file()
+    mb = vision.stat().st_size / 2**20
+    if mb < 10:
+        return "stand-in CLIPSeg"
+    return f"full-size CLIPSeg (random weights; vision graph {vision.name}, {mb:.0f} MB)"
+
+
 def merge(results: list[dict]) -> dict:
     latencies: dict[str, list[float]] = defaultdict(list)
     for r in results:
@@ -481,7 +492,7 @@ def main() -> None:
         text = json.loads((models / "siglip2-text" / "manifest.json").read_text())
         which = (
             "the default path: full-size SigLIP 2 LiteRT towers (random weights; int8 image, "
-            f"{text.get('precision', 'fp32')} text), stand-in CLIPSeg"
+            f"{text.get('precision', 'fp32')} text), {clipseg_kind(models)}"
         )
     else:
         which = f"models {args.models.name}" if args.models else "stand-in models"
