@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import functools
 import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ from wherein.indexer.store.index_store import IndexStore
 from wherein.schemas.errors import IndexError_, ModelError
 from wherein.schemas.records import HIT_KINDS, Hit
 from wherein.search.query import SORT_KEYS, Query, QueryError, Term
+from wherein.search.ranked import Entry, Ranked
 from wherein.search.ranking import THRESHOLD_SLACK, exact_scores, rank_order
 from wherein.search.regions import fold_photo
 from wherein.search.selection import Selection, check_glob
@@ -330,6 +333,24 @@ class Searcher:
     ) -> list[Hit]:
         """Hits for a Selection, or for a query and Selection's fields as keywords
         (``search("red", k=5, kind="video")``); see wherein.search.selection for the rules."""
+        return list(self._search(query, selection, check_exists, lazy=False))
+
+    def ranked(
+        self, query: Selection | Query | str, *, check_exists: bool = True, **selection: Any
+    ) -> Sequence[Hit]:
+        """The hits ``search`` gives, in its order, as a sequence whose hits are built from
+        their catalog rows only when read (wherein.search.ranked: a web page reads 48 of a
+        block of 200). Sorted by score (either way) only; another sort needs every hit's row,
+        so its hits are built at once."""
+        return self._search(query, selection, check_exists, lazy=True)
+
+    def _search(
+        self,
+        query: Selection | Query | str,
+        selection: dict[str, Any],
+        check_exists: bool,
+        lazy: bool,
+    ) -> Sequence[Hit]:
         if isinstance(query, Selection):
             if selection:
                 raise TypeError("give a Selection or a query with keywords, not both")
@@ -377,8 +398,17 @@ class Searcher:
             fold = not sel.frames and (regions or self.store.catalog.holds_videos())
             ids = self._candidates(qv, k, min_probability, min_score, allowed, fold)
             t2 = time.perf_counter()
-            hits = self._join(qv, ids, k, min_probability, min_score, check_exists, fold, regions)
-        _sort(hits, sel.sort, sel.reverse)
+            entries = self._rank(qv, ids, k, min_probability, min_score, fold, regions)
+            ranked = list(enumerate(entries, start=1))
+            by_score = sel.sort == "score"
+            if by_score and sel.reverse:
+                ranked.reverse()  # the ranks stay the relevance order's
+            hits: Sequence[Hit] = Ranked(ranked, functools.partial(self._hits, check_exists))
+            if not (lazy and by_score):
+                hits = list(hits)
+        if not by_score:
+            assert isinstance(hits, list)
+            _sort(hits, sel.sort, sel.reverse)
         t3 = time.perf_counter()
         self.last_timings = {
             "sync_ms": (t_sync - t0) * 1e3,
@@ -388,6 +418,21 @@ class Searcher:
             "total_ms": (t3 - t0) * 1e3,
         }
         return hits
+
+    def _hits(self, check_exists: bool, ranked: list[tuple[int, Entry]]) -> list[Hit | None]:
+        """The Hits of ranked entries from their catalog rows (None: the row is gone); what
+        a fold made of a hit goes over its row."""
+        with self._lock:
+            rows = self.store.catalog.hit_rows(e.item for _, e in ranked)
+            out: list[Hit | None] = []
+            for rank, e in ranked:
+                row = rows.get(e.item)
+                if row is None:  # deleted between the ranking and now
+                    out.append(None)
+                    continue
+                hit = Hit.from_row(row, rank, e.score, e.probability, check_exists=check_exists)
+                out.append(hit.replace(**e.changes) if e.changes else hit)
+            return out
 
     # -- internals ----------------------------------------------------------------------
     def _filter_ids(self, under, glob) -> np.ndarray | None:
@@ -494,18 +539,18 @@ class Searcher:
         files = self.store.catalog.item_files(int(i) for i in item_ids)
         return [files.get(int(i)) for i in item_ids]
 
-    def _join(
+    def _rank(
         self,
         qv: QueryVectors,
         ids: np.ndarray,
         k,
         min_probability,
         min_score,
-        check_exists,
         fold: bool = False,
         regions: bool = False,
-    ) -> list[Hit]:
-        """Exact scores from the catalog's vectors, the cut, then catalog rows -> Hits.
+    ) -> list[Entry]:
+        """Exact scores from the catalog's vectors, the cut, the folds: the hits in their
+        final order as Entries (no catalog row read: Searcher._hits builds the Hits).
 
         fold: one hit per file, its best item's (a video's best frame), with moments.
         regions: the index holds photos' regions: a photo's items are folded into its hit
@@ -526,52 +571,49 @@ class Searcher:
             keep &= text_cos >= cos - THRESHOLD_SLACK
         if min_score is not None:
             keep &= scores >= min_score - THRESHOLD_SLACK
-        order = [i for i in rank_order(scores, got) if keep[i]]
+        ranked = rank_order(scores, got)
+        order: list[int] = ranked[keep[ranked]].tolist()
+        items: list[int] = got.tolist()
+        owners: dict[int, tuple[int, str | None]] = {}
         if fold:
-            order = first_per_file(order, self._files_of(got))
+            owners = cat.item_owners(items[i] for i in order)
+            files = [owners[i][0] if i in owners else None for i in items]
+            order = first_per_file(order, files)
         limit = _limit(k, min_probability, min_score)
         if limit is not None and not regions:
             order = order[:limit]
-        rows = cat.hit_rows(got[order])
-        hits: list[Hit] = []
+        score_of: list[float] = scores.tolist()
+        prob_of: list[float] | None = None if probs is None else np.asarray(probs).tolist()
+        entries = []
         for i in order:
-            row = rows.get(int(got[i]))
-            if row is None:  # deleted between the vector read and now
-                continue
-            hits.append(
-                Hit.from_row(
-                    row,
-                    len(hits) + 1,
-                    scores[i],
-                    float(probs[i]) if probs is not None else None,
-                    check_exists=check_exists,
-                )
-            )
+            file, kind = owners.get(items[i], (None, None))
+            prob = None if prob_of is None else prob_of[i]
+            entries.append(Entry(items[i], score_of[i], prob, file, _timed_kind(kind)))
         if regions:
-            hits = self._fold_regions(qv, hits, min_probability, min_score)[:limit]
-        if fold and any(_timed(h) for h in hits):
-            hits = self._fold_timed(qv, hits, min_probability, min_score)
-        return hits
+            entries = self._fold_regions(qv, entries, min_probability, min_score)[:limit]
+        if fold and any(e.timed for e in entries):
+            entries = self._fold_timed(qv, entries, min_probability, min_score)
+        return entries
 
     def _fold_regions(
-        self, qv: QueryVectors, hits: list[Hit], min_probability, min_score
-    ) -> list[Hit]:
+        self, qv: QueryVectors, entries: list[Entry], min_probability, min_score
+    ) -> list[Entry]:
         """Each hit of a file with regions (a photo) becomes its file's: its best item (exact scores)
         and that item's region, with the calibrated score and probability
         (wherein.search.regions); a photo whose probability is under --min-probability is
         left out, and so is one whose score is under --min-score. Then ranked again, best
         first, equal scores by item id."""
         cat = self.store.catalog
-        items = cat.photo_regions(h.id for h in hits if not _timed(h))
+        items = cat.photo_regions(e.file for e in entries if not e.timed and e.file is not None)
         scale = self.text_tower.logit_scale if qv.text is not None else None
         floor = None
         if min_probability is not None and qv.text is not None:
             floor = self.text_tower.cosine_for_probability(min_probability) - THRESHOLD_SLACK
-        out: list[Hit] = []
-        for h in hits:
-            located = items.get(h.id)
+        out: list[Entry] = []
+        for e in entries:
+            located = items.get(e.file) if e.file is not None else None
             if not located:
-                out.append(h)
+                out.append(e)
                 continue
             got, vecs = cat.vectors_for([i for i, _ in located])
             box_of = dict(located)
@@ -585,32 +627,34 @@ class Searcher:
                 continue
             prob = None if f.text_cos is None else float(self.text_tower.probability(f.text_cos))
             out.append(
-                h.replace(
+                e.folded(
                     item_id=int(got[f.best]),
                     score=f.score,
                     probability=prob,
                     region=box_of[int(got[f.best])],
                 )
             )
-        order = rank_order([h.score for h in out], [h.item_id or h.id for h in out])
-        return [out[i].replace(rank=n + 1) for n, i in enumerate(order)]
+        order = rank_order([e.ranked_score for e in out], [e.item_id for e in out])
+        return [out[i] for i in order]
 
     def _fold_timed(
-        self, qv: QueryVectors, hits: list[Hit], min_probability, min_score
-    ) -> list[Hit]:
+        self, qv: QueryVectors, entries: list[Entry], min_probability, min_score
+    ) -> list[Entry]:
         """Each hit of a timed kind (a video) becomes its file's: the best of all its frames
         (exact scores, not only the candidates FAISS returned) with the moments they make;
         then ranked again, best first, equal scores by item id."""
         cat = self.store.catalog
-        frames = cat.embedded_frames(h.id for h in hits if _timed(h))
+        timed = [e.file for e in entries if e.timed and e.file is not None]
+        frames = cat.embedded_frames(timed)
+        videos = cat.video_rows(frames)
         calibration = None
         if qv.text is not None:
             calibration = (self.text_tower.logit_scale, self.text_tower.logit_bias)
-        out: list[Hit] = []
-        for h in hits:
-            stamps = frames.get(h.id)
-            if not _timed(h) or not stamps:
-                out.append(h)
+        out: list[Entry] = []
+        for e in entries:
+            stamps = frames.get(e.file) if e.timed and e.file is not None else None
+            if not stamps:
+                out.append(e)
                 continue
             item_ids = np.array([i for i, _ in stamps], dtype=np.int64)
             got, vecs = cat.vectors_for(item_ids)
@@ -630,23 +674,25 @@ class Searcher:
                 passes = scores >= min_score - THRESHOLD_SLACK
             matching = matching_frames(scores, text_cos, calibration, passes)
             ranked = [i for i in rank_order(scores, item_ids) if passes is None or passes[i]]
-            best = ranked[0] if ranked else int(np.flatnonzero(item_ids == h.item_id)[0])
+            best = ranked[0] if ranked else int(np.flatnonzero(item_ids == e.item_id)[0])
+            duration = videos[e.file]["duration"] if e.file in videos else None
             out.append(
-                h.replace(
+                e.folded(
                     item_id=int(item_ids[best]),
                     time=float(times[best]),
                     score=float(scores[best]),
                     probability=None if probs is None else float(probs[best]),
-                    moments=moments(times, item_ids, scores, probs, matching, h.duration),
+                    moments=moments(times, item_ids, scores, probs, matching, duration),
                 )
             )
-        order = rank_order([h.score for h in out], [h.item_id or h.id for h in out])
-        return [out[i].replace(rank=n + 1) for n, i in enumerate(order)]
+        order = rank_order([e.ranked_score for e in out], [e.item_id for e in out])
+        return [out[i] for i in order]
 
 
-def _timed(hit: Hit) -> bool:
-    """Whether the hit's file is of a timed kind (its frames fold into moments)."""
-    return media.timed(hit.kind)
+def _timed_kind(kind: str | None) -> bool:
+    """Whether a hit showing this kind (a file's media kind, else its item's; as
+    Hit.from_row names it) is of a timed file (its frames fold into moments)."""
+    return kind is not None and media.timed(HIT_KINDS.get(kind, kind))
 
 
 def _limit(k, min_probability, min_score) -> int | None:

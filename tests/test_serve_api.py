@@ -235,7 +235,8 @@ def test_unexpected_errors_are_500_without_traceback(served, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("secret internal detail")
 
-    monkeypatch.setattr(served.client.app.state.wherein.searcher, "search", boom)
+    for name in ("search", "ranked"):  # the web asks for ranked hits, built a page at a time
+        monkeypatch.setattr(served.client.app.state.wherein.searcher, name, boom)
     c = TestClient(
         served.client.app, base_url=BASE, raise_server_exceptions=False
     )  # no `with`: keep the app open

@@ -62,6 +62,20 @@ class ItemsTable(FilesTable):
             out.update((int(i), int(f)) for i, f in rows)
         return out
 
+    def item_owners(self, ids: Iterable[int]) -> dict[int, tuple[int, str | None]]:
+        """item id -> (its file's id, the kind a hit on it shows: the file's media kind, else
+        the item's), for the item ids whose file is in the catalog: what a search folds by,
+        without the rows a hit shows (hit_rows)."""
+        out: dict[int, tuple[int, str | None]] = {}
+        for chunk in _chunks(ids):
+            rows = self._conn.execute(
+                f"SELECT it.id, it.image_id, {self._kind}, it.kind FROM items it "
+                f"JOIN images i ON i.id = it.image_id WHERE it.id IN ({_marks(chunk)})",
+                chunk,
+            ).fetchall()
+            out.update((int(i), (int(f), file_kind or kind)) for i, f, file_kind, kind in rows)
+        return out
+
     def embedded_frames(self, file_ids: Iterable[int]) -> dict[int, list[tuple[int, float]]]:
         """file id -> (item id, t) of its embedded 'frame' items, by time (then id); files
         without one are left out."""
@@ -89,14 +103,17 @@ class ItemsTable(FilesTable):
 
     def vectors_for(self, ids: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         """(item ids, vectors [n, d]) for those item ids that have an embedding."""
-        got_ids, blobs = [], []
+        got_ids: list[int] = []
+        blobs: list[bytes] = []
         for chunk in _chunks(ids):
-            for item_id, blob in self._conn.execute(
+            # fetchall: the rows at once, not one by one through the cursor's damage naming
+            # (a search reads its 200 candidates' vectors here).
+            rows = self._conn.execute(
                 f"SELECT item_id, vector FROM embeddings WHERE item_id IN ({_marks(chunk)})",
                 chunk,
-            ):
-                got_ids.append(item_id)
-                blobs.append(blob)
+            ).fetchall()
+            got_ids.extend(r[0] for r in rows)
+            blobs.extend(r[1] for r in rows)
         if not blobs:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
         return np.array(got_ids, dtype=np.int64), self._from_file(got_ids, blobs)

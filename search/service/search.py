@@ -22,6 +22,7 @@ threads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,7 @@ class SearchResult:
     hear about it, where its time went (ms), and the models that answered."""
 
     query: str
-    hits: list[Hit]
+    hits: Sequence[Hit]  # a list; from search(lazy=True), a Ranked built as it is read
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     models: dict[str, Any] = field(default_factory=dict)
@@ -129,8 +130,12 @@ class SearchResult:
         }
 
 
-def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
-    """Run one search on an open Searcher (see the module docstring)."""
+def search(searcher: Searcher, request: SearchRequest, *, lazy: bool = False) -> SearchResult:
+    """Run one search on an open Searcher (see the module docstring).
+
+    lazy: the hits are built from their catalog rows only as they are read
+    (``Searcher.ranked``): a web page reads one page of a block. A mask or an export reads
+    them all at once."""
     q = request.check().parsed
     prompt = _mask_prompt(q, request.mask)
     keep = _check_export(searcher, q, request)
@@ -138,7 +143,11 @@ def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
         from wherein.indexer.outputs import refuse_in_index
 
         refuse_in_index(request.mask.out_dir, searcher.store.dir)
-    hits = searcher.search(request, check_exists=request.check_exists)
+    hits: Sequence[Hit]
+    if lazy and request.mask is None and request.export is None:
+        hits = searcher.ranked(request, check_exists=request.check_exists)
+    else:
+        hits = searcher.search(request, check_exists=request.check_exists)
     timings, warnings = dict(searcher.last_timings), list(searcher.last_warnings)
     labels = None
     if request.export is not None and request.export.category_from_labels:
@@ -147,13 +156,13 @@ def search(searcher: Searcher, request: SearchRequest) -> SearchResult:
         labels = best_labels(searcher.store.catalog, [h.id for h in hits])
     if request.mask is not None:
         assert prompt is not None  # _mask_prompt refuses a mask with nothing to segment
-        hits = _masks(searcher, hits, prompt, request.mask, warnings)
+        hits = _masks(searcher, list(hits), prompt, request.mask, warnings)
     exported = None
     if request.export is not None:
         from wherein.search.export.hits import write_export
 
         e = request.export
-        exported = write_export(hits, e.path, e.fmt, prompt=prompt, labels=labels, keep=keep)
+        exported = write_export(list(hits), e.path, e.fmt, prompt=prompt, labels=labels, keep=keep)
     return SearchResult(
         query=str(q),
         hits=hits,

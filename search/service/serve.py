@@ -175,7 +175,8 @@ class ServeSession:
         def run() -> SearchResult:
             started.append(time.perf_counter())
             try:
-                return search_service(self.searcher, request)
+                # A page reads a few hits of the block: only theirs are built.
+                return search_service(self.searcher, request, lazy=True)
             finally:
                 started.append(time.perf_counter())
 

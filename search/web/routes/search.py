@@ -99,7 +99,11 @@ def search(
     hits, warnings = result.hits, result.warnings
     timings = dict(result.timings)
     total = len(hits) if min_probability is not None else None
+    # The block is ranked; only this page's hits are built from their catalog rows (a page
+    # turn to a kept answer builds its own page alone).
+    paging = time.perf_counter()
     chunk = [h.replace(exists=os.path.exists(h.path)) for h in hits[end - per_page : end]]
+    timings["page_ms"] = (time.perf_counter() - paging) * 1e3
     prompt = query.mask_prompt()
     if prompt and page == 1 and state.prefetch_masks > 0:
         first = [(h.id, _moment(h)) for h in chunk[: state.prefetch_masks]]
