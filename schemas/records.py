@@ -275,4 +275,17 @@ class Hit:
         return out
 
     def replace(self, **changes: Any) -> Hit:
-        return dataclasses.replace(self, **changes)
+        """A copy with these fields changed: dataclasses.replace's answer (a shallow copy;
+        unknown names refused) without its call of __init__ with every field: a web page
+        replaces its 48 hits' exists, which took 3 ms of CPU that way (GIL time every
+        search thread waits for)."""
+        unknown = changes.keys() - _HIT_FIELDS
+        if unknown:
+            raise TypeError(f"Hit has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
+
+
+_HIT_FIELDS = frozenset(f.name for f in dataclasses.fields(Hit))

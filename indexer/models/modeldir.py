@@ -16,7 +16,9 @@ MODELS/
 
 from __future__ import annotations
 
+import functools
 import json
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +63,12 @@ def file_stamp(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns]
 
 
+@functools.lru_cache(maxsize=64)
+def _read_marker(path: str, *stamp: int) -> dict:
+    """A marker's JSON, kept per state of the file (stamp: its inode, size, mtime, ctime)."""
+    return json.loads(Path(path).read_text())
+
+
 @dataclass(frozen=True)
 class ModelDir:
     root: Path
@@ -86,8 +94,17 @@ class ModelDir:
         return self.root / CLIPSEG.key
 
     def _marker(self, name: str) -> dict | None:
+        """The marker file's JSON (None: no such file). Read again only when the file
+        changed: a long-running search (the web app) asks for the space and the stand-in
+        marker on every search. Callers only read it."""
         marker = self.root / name
-        return json.loads(marker.read_text()) if marker.is_file() else None
+        try:
+            st = marker.stat()
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return _read_marker(str(marker), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     @property
     def standin_info(self) -> dict | None:

@@ -76,7 +76,7 @@ class FilesTable(VectorFileRows):
         out: dict[int, dict] = {}
         for chunk in _chunks(ids):
             sql = f"{self._select_files()} WHERE i.id IN ({_marks(chunk)})"
-            for row in self._conn.execute(sql, chunk):
+            for row in self._conn.execute(sql, chunk).fetchall():  # not row by row (hit_rows)
                 out[row[0]] = self._row(row)
         return out
 

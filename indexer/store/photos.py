@@ -32,7 +32,7 @@ _TAKEN = (
 class PhotosTable(VideosTable):
     def has_photos(self) -> bool:
         """Whether the photos table exists (a read-only catalog of an older release lacks it)."""
-        return self._db["photos"].exists()
+        return self._migrated("photos", self._db["photos"].exists)
 
     def photos_to_read(self, under: Sequence[str] | None = None) -> list[tuple[int, str, int, int]]:
         """(id, path, size, mtime_ns) of images whose metadata is missing, or was read
@@ -76,7 +76,7 @@ class PhotosTable(VideosTable):
                 f"SELECT id, image_id, kind, t, x0, y0, x1, y1 FROM items WHERE id IN "
                 f"({_marks(chunk)})",
                 chunk,
-            ):
+            ).fetchall():  # at once: not row by row through the cursor's damage naming
                 items[int(r[0])] = r
         files = self.rows_by_ids({r[1] for r in items.values()})
         for row in files.values():
@@ -87,7 +87,7 @@ class PhotosTable(VideosTable):
                 for r in self._conn.execute(
                     f"SELECT image_id, {cols} FROM photos WHERE image_id IN ({_marks(chunk)})",
                     chunk,
-                ):
+                ).fetchall():
                     files[r[0]].update(zip(_PHOTO_HIT_COLUMNS, r[1:], strict=True))
         videos = self.video_rows(files)
         for file_id, row in files.items():

@@ -24,7 +24,7 @@ Region = tuple[tuple[float, float, float, float], np.ndarray]
 
 class RegionsTable(PhotosTable):
     def has_tiled(self) -> bool:
-        return migrations.has_tiled(self._db)
+        return self._migrated("tiled", lambda: migrations.has_tiled(self._db))
 
     def holds_regions(self) -> bool:
         """Whether any photo has a region item (a search folds a photo's items only then)."""

@@ -120,7 +120,7 @@ class VectorFileRows(MetaTable):
         """[n, dim] float32: the blobs, and the file's rows where a blob is empty."""
         empty = [j for j, b in enumerate(blobs) if not b]
         if not empty:
-            return np.stack([blob_to_vector(b) for b in blobs])
+            return _stacked(blobs)
         if self._vfile is None:
             raise IndexError_(f"{self.path}: vectors kept in {VECTOR_FILE}, which is not set up")
         want = np.array([ids[j] for j in empty], np.int64)
@@ -157,3 +157,13 @@ class VectorFileRows(MetaTable):
         finally:
             self._depth = 0
             self._dying, self._dying_all = [], False  # rolled back: nothing died
+
+
+def _stacked(blobs: list[bytes]) -> np.ndarray:
+    """[n, dim] float32 of equal-length vector blobs: one buffer, not n arrays stacked (a
+    search reads its 200 candidates' vectors); np.stack's answer, and its error for blobs
+    of unequal length."""
+    size = len(blobs[0])
+    if any(len(b) != size for b in blobs):
+        return np.stack([blob_to_vector(b) for b in blobs])
+    return np.frombuffer(bytearray(b"".join(blobs)), dtype="<f4").reshape(len(blobs), -1)

@@ -26,7 +26,7 @@ class VideosTable(ItemsTable):
 
     def has_videos(self) -> bool:
         """Whether the catalog has the videos table (schema 6)."""
-        return migrations.has_videos(self._db)
+        return self._migrated("videos", lambda: migrations.has_videos(self._db))
 
     def holds_videos(self) -> bool:
         """Whether any file is a video (a search of photos only need not fold frames)."""
@@ -156,7 +156,7 @@ class VideosTable(ItemsTable):
             for r in self._conn.execute(
                 f"SELECT image_id, {cols} FROM videos WHERE image_id IN ({_marks(chunk)})",
                 chunk,
-            ):
+            ).fetchall():
                 out[int(r[0])] = dict(zip(VIDEO_COLUMNS, r[1:], strict=True))
         return out
 
