@@ -82,6 +82,11 @@ class Ranked(Sequence[Hit]):
             raise LookupError(f"hit {position + 1}: its file left the catalog after the search")
         return hits[0]
 
+    def build(self, index: slice) -> None:
+        """Build the hits of these positions now, on the calling thread (a search thread:
+        the page it answers for), kept for the reads that follow."""
+        self._hits(range(len(self))[index])
+
     def __iter__(self) -> Iterator[Hit]:
         return iter(self._hits(range(len(self))))
 

@@ -288,13 +288,21 @@ def test_photos_are_decoded_and_searches_run_on_a_few_threads(
 
     monkeypatch.setattr(ResizedCache, "render", render)
     app = create_app(index, standin_models, prefetch_masks=0)
-    real_search = app.state.wherein.searcher.search
+    searcher = app.state.wherein.searcher
+    real_search, real_rows = searcher.ranked, searcher.store.catalog.hit_rows
+    joins: set[str] = set()
 
     def search(*args, **kwargs):
         searchers.add(threading.current_thread().name)
         return real_search(*args, **kwargs)
 
-    monkeypatch.setattr(app.state.wherein.searcher, "search", search)
+    def hit_rows(ids):
+        joins.add(threading.current_thread().name)
+        return real_rows(ids)
+
+    # The web's way in (hits built as read); a new search's page is built on its thread.
+    monkeypatch.setattr(searcher, "ranked", search)
+    monkeypatch.setattr(searcher.store.catalog, "hit_rows", hit_rows)
     with TestClient(app, base_url=BASE) as client:
         ids = [h["id"] for h in client.get("/api/search", params={"q": "red"}).json()["hits"]]
         urls = [f"/api/{kind}/{i}" for i in ids for kind in ("thumb", "image")]
@@ -304,4 +312,5 @@ def test_photos_are_decoded_and_searches_run_on_a_few_threads(
     assert statuses == [200] * len(urls)
     assert len(decoders) <= WORK_THREADS and len(searchers) <= WORK_THREADS
     assert all(n.startswith("wherein-decode") for n in decoders), decoders
-    assert all(n.startswith("wherein-search") for n in searchers), searchers
+    assert searchers and all(n.startswith("wherein-search") for n in searchers), searchers
+    assert joins and all(n.startswith("wherein-search") for n in joins), joins

@@ -31,6 +31,7 @@ from wherein.schemas.records import iso_time
 from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes, usable_cache
 from wherein.search.cache.thumbs import ResizedCache
 from wherein.search.cache.vision_store import VISION_DIR, VisionStore
+from wherein.search.ranked import Ranked
 from wherein.search.service import DEFAULT_PREFETCH_MASKS
 from wherein.search.service.lanes import background_pool, search_pool
 from wherein.search.service.mask import MaskSession
@@ -154,9 +155,12 @@ class ServeSession:
         self.searcher.close()
 
     # -- search --------------------------------------------------------------------------------
-    def search(self, request: SearchRequest) -> SearchResult:
+    def search(self, request: SearchRequest, shown: slice | None = None) -> SearchResult:
         """One search, in its lanes: a text not encoded lately is encoded first on the
-        encoding thread, then the search runs on the search threads.
+        encoding thread, then the search runs on the search threads. Its hits are built from
+        the catalog as they are read (wherein.search.ranked); shown: the positions the caller
+        will read (a page), built on the search thread with the search, under the one hold
+        of the Searcher's lock it takes.
 
         The same request again while the index is unchanged (a page turn: pages are cut
         from one block of hits; going back to a query) reuses the answer, its files'
@@ -176,7 +180,10 @@ class ServeSession:
             started.append(time.perf_counter())
             try:
                 # A page reads a few hits of the block: only theirs are built.
-                return search_service(self.searcher, request, lazy=True)
+                result = search_service(self.searcher, request, lazy=True)
+                if shown is not None and isinstance(result.hits, Ranked):
+                    result.hits.build(shown)
+                return result
             finally:
                 started.append(time.perf_counter())
 

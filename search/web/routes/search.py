@@ -95,12 +95,12 @@ def search(
         # system call that gives up the GIL, and under load takes a while to get it back.
         check_exists=False,
     ).check()
-    result = state.search(request)
+    # The block is ranked; only this page's hits are built from their catalog rows: a new
+    # search's on its search thread, a page turn's (a kept answer) here.
+    result = state.search(request, shown=slice(end - per_page, end))
     hits, warnings = result.hits, result.warnings
     timings = dict(result.timings)
     total = len(hits) if min_probability is not None else None
-    # The block is ranked; only this page's hits are built from their catalog rows (a page
-    # turn to a kept answer builds its own page alone).
     paging = time.perf_counter()
     chunk = [h.replace(exists=os.path.exists(h.path)) for h in hits[end - per_page : end]]
     timings["page_ms"] = (time.perf_counter() - paging) * 1e3
