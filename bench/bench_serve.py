@@ -35,10 +35,12 @@ makes that share of them also carry a text never seen (``a red thing 1234``: an 
 A search's times in the server (its ``timings``, ms) are summarised beside its latency:
 ``total_ms`` (the search's own work), ``encode_wait_ms`` (a new text's encoding),
 ``queued_ms`` (waiting for a search thread), ``lane_ms`` (its time on the search thread),
-``thread_wait_ms`` (from the request's arrival in the app to its handler: the wait for a
-request thread and the event loop) and ``route_ms`` (the handler's whole time, JSON
-encoding excluded); what is left of the client's latency is the HTTP layer. A reused answer
-reports no lane (those rows count only the full searches).
+``page_ms`` (building the page's hits from the catalog, in the handler: a search ranks its
+block of hits and reads only the page shown), ``thread_wait_ms`` (from the request's arrival
+in the app to its handler: the wait for a request thread and the event loop) and
+``route_ms`` (the handler's whole time, JSON encoding excluded); what is left of the
+client's latency is the HTTP layer. A reused answer reports no lane (those rows count only
+the full searches).
 
 --breakdown adds the server's resident memory per mapping (/proc/PID/smaps: the text
 tower's packed weights, each library, [heap] and [anon]) at round 0 and after the last
@@ -83,6 +85,7 @@ SERVER_TIMINGS = (
     "encode_wait_ms",
     "queued_ms",
     "lane_ms",
+    "page_ms",
     "thread_wait_ms",
     "route_ms",
 )
