@@ -95,6 +95,32 @@ def test_bpe_tables_equal_open_clips_vocabulary_and_merge_ranks():
     assert all(ours.ranks.get(f"{a} {b}") == r for (a, b), r in ref.bpe_ranks.items())
 
 
+def test_graphs_run_on_one_cached_model_with_the_interpreters_outputs(standin_models):
+    # Each graph's packed weights live in one cache file beside it, shared by every thread
+    # (not an Interpreter per thread, each with its own copy): the same outputs, every input
+    # bound to its own slot (distinct inputs: the decoder's three [1,485,768] slots included).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from wherein.indexer.models.litert_cached import CACHE_SUFFIX, SharedGraph
+
+    m = ClipSeg.load(ModelDir(standin_models), num_threads=1)
+    rng = np.random.default_rng(7)
+    for g in (m.vision, m.text, m.decoder):
+        assert isinstance(g, SharedGraph)
+        sig = next(iter(g.signatures.values()))
+        xs = [rng.standard_normal(shape).astype(np.float32) for shape in sig.input_shapes]
+        shared, alone = g.run(*xs), g.graph.run(*xs)
+        assert g._cached is not None, f"{g.path.name} fell back to the Interpreter"
+        assert len(shared) == len(alone) == len(sig.outputs)
+        for a, b in zip(shared, alone, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert list(g.path.parent.glob(f"{g.path.name}.*{CACHE_SUFFIX}"))
+        with ThreadPoolExecutor(4) as pool:  # one native model: runs are serialised
+            for out in pool.map(lambda _, g=g, xs=xs: g.run(*xs), range(8)):
+                for a, b in zip(out, alone, strict=True):
+                    np.testing.assert_array_equal(a, b)
+
+
 def test_long_prompt_keeps_75_content_tokens(model):
     ids = model.tokenize(" ".join(["red"] * 200))
     assert ids[0] == CLIPSEG_SOT and ids[76] == CLIPSEG_EOT

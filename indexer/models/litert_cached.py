@@ -29,13 +29,19 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from wherein.indexer.models.litert_graph import native_stderr_filtered
+
+if TYPE_CHECKING:
+    from wherein.indexer.models.litert_graph import LiteRTGraph
+    from wherein.schemas.models import GraphSpec
 
 CACHE_SUFFIX = ".xnnpack-cache"
 _CPU = 1  # ai_edge_litert.hardware_accelerator.HardwareAccelerator.CPU
@@ -124,7 +130,8 @@ def _arm_teardown_filter() -> None:
 
 
 class CachedGraph:
-    """run(x) -> the graph's one output for its one input, on XNNPACK with cached weights."""
+    """A graph's signature on XNNPACK with cached weights: run(x) for a graph of one input
+    and one output (the text tower), run_named({input: array}) -> {output: array} for any."""
 
     def __init__(self, graph: Path, cache: Path, num_threads: int) -> None:
         import ai_edge_litert
@@ -161,12 +168,17 @@ class CachedGraph:
         sigs = self._model.GetSignatureList()
         key = "serving_default" if "serving_default" in sigs else next(iter(sigs))
         self._index = self._model.GetSignatureIndex(key)
-        ((self.in_name, i_detail),) = self._model.GetInputTensorDetails(key).items()
-        ((self.out_name, o_detail),) = self._model.GetOutputTensorDetails(key).items()
-        self.in_shape = tuple(int(d) for d in i_detail["shape"])
-        self.in_dtype = np.dtype(i_detail["dtype"])
-        self.out_shape = tuple(int(d) for d in o_detail["shape"])
-        self._out_dtype = np.dtype(o_detail["dtype"])
+        # name -> (shape, dtype), in the order of the model's buffers
+        self.inputs = {
+            str(n): (tuple(int(d) for d in t["shape"]), np.dtype(t["dtype"]))
+            for n, t in self._model.GetInputTensorDetails(key).items()
+        }
+        self.outputs = {
+            str(n): (tuple(int(d) for d in t["shape"]), np.dtype(t["dtype"]))
+            for n, t in self._model.GetOutputTensorDetails(key).items()
+        }
+        self.in_name, (self.in_shape, self.in_dtype) = next(iter(self.inputs.items()))
+        self.out_name, (self.out_shape, self._out_dtype) = next(iter(self.outputs.items()))
         self._ins = self._model.CreateInputBuffers(self._index)
         self._outs = self._model.CreateOutputBuffers(self._index)
         self._started = False
@@ -187,22 +199,35 @@ class CachedGraph:
                 self.close()
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        """Not thread-safe: one buffer pair per graph (callers hold a lock)."""
+        """The one output for the one input. Not thread-safe: one set of buffers per graph
+        (callers hold a lock)."""
+        if len(self.inputs) != 1 or len(self.outputs) != 1:
+            raise ValueError("run() is for a graph of one input and one output: run_named")
+        return self.run_named({self.in_name: x})[self.out_name]
+
+    def run_named(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every output by name, for every input by name. Not thread-safe (as run)."""
+        if set(feeds) != set(self.inputs):
+            raise ValueError(f"inputs {sorted(feeds)}, expected {sorted(self.inputs)}")
         if self._started:
-            return self._run(x)
+            return self._run(feeds)
         with native_logs_filtered():  # the first run still logs the accelerator registry
-            out = self._run(x)
+            out = self._run(feeds)
         self._started = True
         _arm_teardown_filter()
         return out
 
-    def _run(self, x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=self.in_dtype).reshape(-1)
-        self._tb.WriteTensorBuffer(self._ins[0], x, self.in_dtype.name)
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for buf, (name, (_, dtype)) in zip(self._ins, self.inputs.items(), strict=True):
+            x = np.ascontiguousarray(feeds[name], dtype=dtype).reshape(-1)
+            self._tb.WriteTensorBuffer(buf, x, dtype.name)
         self._model.RunByIndex(self._index, self._ins, self._outs)
-        out = np.empty(int(np.prod(self.out_shape)), self._out_dtype)
-        self._tb.ReadTensorToBuffer(self._outs[0], out, self._out_dtype.name)
-        return out.reshape(self.out_shape)
+        out = {}
+        for buf, (name, (shape, dtype)) in zip(self._outs, self.outputs.items(), strict=True):
+            y = np.empty(int(np.prod(shape)), dtype)
+            self._tb.ReadTensorToBuffer(buf, y, dtype.name)
+            out[name] = y.reshape(shape)
+        return out
 
 
 def open_cached(graph: Path, num_threads: int, fingerprint: str = "") -> CachedGraph | None:
@@ -215,3 +240,57 @@ def open_cached(graph: Path, num_threads: int, fingerprint: str = "") -> CachedG
         except Exception:  # noqa: BLE001 - private API, or no space: the Interpreter is exact
             return None
     return None
+
+
+class SharedGraph:
+    """A one-signature LiteRTGraph run on CompiledModel with its packed weights cached: one
+    native model for every thread (its runs serialised by a lock), made on the first run.
+
+    LiteRTGraph keeps an Interpreter per thread, and each packs every weight into anonymous
+    memory while the .tflite it read them from stays mapped: a full-size CLIPSeg held 957 MB
+    so, 543 MB this way (bench/bench_clipseg_cached.py), with equal outputs (the same
+    XNNPACK kernels). Inputs and outputs keep the LiteRTGraph's slot order, bound by name.
+    Where the cache cannot be had, or the names differ, the LiteRTGraph runs as before.
+    """
+
+    def __init__(self, graph: LiteRTGraph) -> None:
+        self.graph = graph
+        self.path = graph.path
+        self.signatures = graph.signatures
+        self._lock = threading.Lock()
+        self._cached: CachedGraph | None = None
+        self._interpreter = False  # True once the cached way is known not to work
+
+    def check(self, spec: GraphSpec) -> None:
+        self.graph.check(spec)
+
+    def _open(self) -> CachedGraph | None:
+        if self._cached is None and not self._interpreter:
+            sig = next(iter(self.signatures.values()))
+            cached = open_cached(self.path, self.graph.num_threads)
+            if (
+                cached is None
+                or set(cached.inputs) != set(sig.inputs)
+                or set(cached.outputs) != set(sig.outputs)
+            ):
+                self._interpreter = True
+            else:
+                self._cached = cached
+        return self._cached
+
+    def run(self, *inputs: np.ndarray, signature: str | None = None) -> list[np.ndarray]:
+        sig = self.signatures[signature] if signature else next(iter(self.signatures.values()))
+        if len(inputs) != len(sig.inputs):
+            raise ValueError(f"{self.path.name}: {sig.key} takes {len(sig.inputs)} inputs")
+        with self._lock:
+            cached = self._open()
+            if cached is not None:
+                feeds = {n: np.asarray(x, dtype=np.float32) for n, x in zip(sig.inputs, inputs)}
+                out = cached.run_named(feeds)
+                return [out[n] for n in sig.outputs]
+        return self.graph.run(*inputs, signature=signature)
+
+
+def shared_weights(graph: LiteRTGraph) -> LiteRTGraph | SharedGraph:
+    """graph as a SharedGraph where it has one signature (CLIPSeg's graphs), else as it is."""
+    return SharedGraph(graph) if len(graph.signatures) == 1 else graph
