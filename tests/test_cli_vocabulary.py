@@ -342,11 +342,16 @@ def test_serve_on_a_taken_port_given_with_port_is_one_line(taken_port, tmp_path)
 
 
 def test_serve_on_the_default_port_taken_picks_a_free_one(indexed, monkeypatch):
-    import uvicorn
+    from wherein.search.web.protocol import HTTPServer
 
     served = []
-    # Keep a copy of the socket: serve's own closes when the command returns.
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append((kw, os.dup(kw["fd"]))))
+
+    def serve_forever(server: HTTPServer) -> bool:
+        # Keep a copy of the socket: serve's own closes when the command returns.
+        served.append((server.config.port, os.dup(server.sock.fileno())))
+        return True
+
+    monkeypatch.setattr(HTTPServer, "serve_forever", serve_forever)
     with socket.socket() as other:
         try:  # take the default port, unless someone already has it
             other.bind(("127.0.0.1", DEFAULT_PORT))
@@ -354,10 +359,10 @@ def test_serve_on_the_default_port_taken_picks_a_free_one(indexed, monkeypatch):
         except OSError:
             pass
         r = run("serve")
-    ((kw, fd),) = served
+    ((named, fd),) = served
     with socket.socket(fileno=fd) as sock:  # the socket uvicorn would serve
         port = sock.getsockname()[1]
-    assert port == kw["port"] != DEFAULT_PORT
+    assert port == named != DEFAULT_PORT
     assert f"port {DEFAULT_PORT} is taken; using free port {port}" in r.output
     assert f"open http://127.0.0.1:{port} " in r.output
     assert "Errno" not in r.output

@@ -263,3 +263,36 @@ def test_the_http_date_is_an_imf_fixdate(served):
     r = served.client.get(served.url, headers={"Range": "bytes=0-0"})
     when = parsedate_to_datetime(r.headers["last-modified"])
     assert r.headers["last-modified"] == format_datetime(when, usegmt=True)
+
+
+def test_keep_alive_responses_are_not_held_back_by_nagle(standin_models, tmp_path):
+    """`wherein serve`'s connections send each write at once (TCP_NODELAY): with Nagle's
+    algorithm on, the body of every response after the first on a keep-alive connection
+    (a browser's thumbnails) waited ~40 ms for the client's delayed ACK of its headers."""
+    from wherein.search.cli.serve import bind
+    from wherein.search.web.protocol import HTTPServer
+
+    library, index = tmp_path / "library", tmp_path / "index"
+    draw_shape(library / "red.png", "red")
+    r = CliRunner().invoke(
+        cli, ["index", str(library), "--index", str(index), "--models", str(standin_models), "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    sock = bind("127.0.0.1", 0)
+    srv = HTTPServer(create_app(index, standin_models, prefetch_masks=0), sock, "critical")
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        while not srv.started:
+            assert thread.is_alive()
+            time.sleep(0.05)
+        port = sock.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            c.sendall(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert c.recv(4096).startswith(b"HTTP/1.1 200")
+            (conn,) = srv.server_state.connections
+            accepted = conn.transport.get_extra_info("socket")
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        srv.should_exit = True
+        thread.join(10)

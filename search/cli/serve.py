@@ -117,11 +117,9 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
       wherein serve --index ~/idx --port 9000
     The JSON API it uses is documented at /docs.
     """
-    import uvicorn
-
     from wherein.search.service.serve import MODEL_TEMPLATE
     from wherein.search.web.app import create_app
-    from wherein.search.web.protocol import JSONErrorsH11
+    from wherein.search.web.protocol import HTTPServer
 
     bound_malloc()  # before any server thread exists
     ctx = click.get_current_context()
@@ -156,14 +154,7 @@ def serve(index_dir, models_dir, host, port, raw, cache_mb, prefetch_masks):
         f"open http://{shown}:{port}  (Ctrl-C stops)",
         err=True,
     )
-    # fd: uvicorn serves the socket bound above (host/port only name it in its own logs);
-    # http: its h11 protocol, with the 400s it sends itself in the app's JSON.
-    uvicorn.run(
-        app,
-        fd=sock.fileno(),
-        host=host,
-        port=port,
-        log_level="warning",
-        server_header=False,
-        http=JSONErrorsH11,
-    )
+    # The socket bound above, handed to uvicorn's h11 protocol with the 400s it sends
+    # itself in the app's JSON (wherein.search.web.protocol).
+    if not HTTPServer(app, sock).serve_forever():
+        raise click.ClickException(f"the web server could not start on {host}:{port}")
