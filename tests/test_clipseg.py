@@ -121,6 +121,28 @@ def test_graphs_run_on_one_cached_model_with_the_interpreters_outputs(standin_mo
                     np.testing.assert_array_equal(a, b)
 
 
+def test_the_shared_model_runs_on_every_core_whatever_each_thread_was_planned(
+    standin_models, monkeypatch
+):
+    # The CLI's mask pool plans 2 workers x 1 interpreter thread on 2 cores; one model serving
+    # them in turn must use both cores, or every vision pass runs on one.
+    from wherein.indexer.models import litert_cached
+
+    asked: list[int] = []
+    real = litert_cached.open_cached
+
+    def recording(graph, num_threads, fingerprint=""):
+        asked.append(num_threads)
+        return real(graph, num_threads, fingerprint)
+
+    monkeypatch.setattr(litert_cached, "open_cached", recording)
+    monkeypatch.setattr(litert_cached, "default_threads", lambda: 3)
+    m = ClipSeg.load(ModelDir(standin_models), num_threads=1)
+    sig = next(iter(m.vision.signatures.values()))
+    m.vision.run(*[np.zeros(shape, np.float32) for shape in sig.input_shapes])
+    assert asked == [3]
+
+
 def test_long_prompt_keeps_75_content_tokens(model):
     ids = model.tokenize(" ".join(["red"] * 200))
     assert ids[0] == CLIPSEG_SOT and ids[76] == CLIPSEG_EOT

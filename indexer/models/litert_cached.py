@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from wherein.indexer.models.litert_graph import native_stderr_filtered
+from wherein.indexer.models.litert_graph import default_threads, native_stderr_filtered
 
 if TYPE_CHECKING:
     from wherein.indexer.models.litert_graph import LiteRTGraph
@@ -267,7 +267,10 @@ class SharedGraph:
     def _open(self) -> CachedGraph | None:
         if self._cached is None and not self._interpreter:
             sig = next(iter(self.signatures.values()))
-            cached = open_cached(self.path, self.graph.num_threads)
+            # One model runs one call at a time for every thread, so it gets every core:
+            # the graph's own count was planned per thread (the CLI's mask pool: 2 workers
+            # x 1 thread), and kept, it would run the vision passes on one core.
+            cached = open_cached(self.path, max(self.graph.num_threads, default_threads()))
             if (
                 cached is None
                 or set(cached.inputs) != set(sig.inputs)
