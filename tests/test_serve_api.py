@@ -583,17 +583,22 @@ def test_openapi_documents_the_json_schemas(served):
 
 # -- the command -------------------------------------------------------------------------------
 def test_serve_binds_loopback_by_default_and_warns_otherwise(served, standin_models, monkeypatch):
-    import uvicorn
+    from wherein.search.web.protocol import HTTPServer
 
     calls = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append(kw))
+
+    def serve_forever(server: HTTPServer) -> bool:
+        calls.append(server.sock.getsockname()[:2])
+        return True
+
+    monkeypatch.setattr(HTTPServer, "serve_forever", serve_forever)
     args = ["serve", "--index", str(served.index), "--models", str(standin_models)]
     quiet = CliRunner().invoke(cli, args)
     assert quiet.exit_code == 0, quiet.output
-    assert calls[-1]["host"] == "127.0.0.1" and calls[-1]["port"] == 8765
+    assert calls[-1] == ("127.0.0.1", 8765)
     assert "WARNING" not in quiet.output
     loud = CliRunner().invoke(cli, [*args, "--host", "0.0.0.0", "--port", "9000"])
-    assert loud.exit_code == 0 and calls[-1]["host"] == "0.0.0.0"
+    assert loud.exit_code == 0 and calls[-1] == ("0.0.0.0", 9000)
     assert "WARNING: listening on 0.0.0.0" in loud.output
 
 
