@@ -583,15 +583,18 @@ def test_openapi_documents_the_json_schemas(served):
 
 # -- the command -------------------------------------------------------------------------------
 def test_serve_binds_loopback_by_default_and_warns_otherwise(served, standin_models, monkeypatch):
-    from wherein.search.web.protocol import HTTPServer
+    from wherein.search.web import protocol
 
     calls = []
 
-    def serve_forever(server: HTTPServer) -> bool:
-        calls.append(server.sock.getsockname()[:2])
-        return True
+    class Bound:  # the server serve would run, on the socket it bound (not started here)
+        def __init__(self, app, sock) -> None:
+            calls.append(sock.getsockname()[:2])
 
-    monkeypatch.setattr(HTTPServer, "serve_forever", serve_forever)
+        def serve_forever(self) -> bool:
+            return True
+
+    monkeypatch.setattr(protocol, "HTTPServer", Bound)
     args = ["serve", "--index", str(served.index), "--models", str(standin_models)]
     quiet = CliRunner().invoke(cli, args)
     assert quiet.exit_code == 0, quiet.output
