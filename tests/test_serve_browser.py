@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from live_server import live_server
 
 from wherein.search.web.app import create_app
 
@@ -41,15 +39,8 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve(folder: Path, index: Path, models: Path):
     """`wherein index` over folder, then the app on a loopback port (yields its base URL)."""
-    import uvicorn
     from click.testing import CliRunner
 
     from wherein.search.cli import cli
@@ -58,20 +49,8 @@ def serve(folder: Path, index: Path, models: Path):
         cli, ["index", str(folder), "--index", str(index), "--models", str(models), "-q"]
     )
     assert r.exit_code == 0, r.output
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(index, models), host="127.0.0.1", port=port, log_level="warning"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(10)
+    with live_server(create_app(index, models)) as (_, port):
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture()

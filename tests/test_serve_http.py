@@ -10,14 +10,13 @@ must too (it once decided by the extension, and answered the clip's video_url wi
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
+from live_server import live_server
 from video_files import BLUE, segments, write_video
 
 from wherein.search.cli import cli
@@ -215,41 +214,29 @@ def test_what_reaches_the_app_is_answered_in_json(served, method, url, status):
     assert r.json()["status"] == status and r.json()["error"]
 
 
-def test_a_malformed_request_line_gets_a_json_error_from_the_server(standin_models, tmp_path):
-    """What uvicorn refuses before the app sees it (a request line that is not HTTP) gets the
-    same JSON body as the app's own errors, from `wherein serve`'s protocol."""
-    import uvicorn
-
-    from wherein.search.web.protocol import JSONErrorsH11
-
+@pytest.fixture()
+def one_photo_app(standin_models, tmp_path):
+    """The web app over an index of one photo, for a server on a real socket."""
     library, index = tmp_path / "library", tmp_path / "index"
     draw_shape(library / "red.png", "red")
     r = CliRunner().invoke(
         cli, ["index", str(library), "--index", str(index), "--models", str(standin_models), "-q"]
     )
     assert r.exit_code == 0, r.output
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    app = create_app(index, standin_models, prefetch_masks=0)
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="critical", http=JSONErrorsH11
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    try:
-        while not srv.started:
-            assert thread.is_alive()
-            time.sleep(0.05)
-        with socket.create_connection(("127.0.0.1", port)) as c:
-            c.sendall(b"GET / HTTP/1.1 garbage here\r\n\r\n")
-            answer = b""
-            while chunk := c.recv(4096):
-                answer += chunk
-    finally:
-        srv.should_exit = True
-        thread.join(10)
+    return create_app(index, standin_models, prefetch_masks=0)
+
+
+def test_a_malformed_request_line_gets_a_json_error_from_the_server(one_photo_app):
+    """What uvicorn refuses before the app sees it (a request line that is not HTTP) gets the
+    same JSON body as the app's own errors, from `wherein serve`'s protocol."""
+    with (
+        live_server(one_photo_app, "critical") as (_, port),
+        socket.create_connection(("127.0.0.1", port)) as c,
+    ):
+        c.sendall(b"GET / HTTP/1.1 garbage here\r\n\r\n")
+        answer = b""
+        while chunk := c.recv(4096):
+            answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400")
     assert b"content-type: application/json" in head.lower()
@@ -265,34 +252,16 @@ def test_the_http_date_is_an_imf_fixdate(served):
     assert r.headers["last-modified"] == format_datetime(when, usegmt=True)
 
 
-def test_keep_alive_responses_are_not_held_back_by_nagle(standin_models, tmp_path):
+def test_keep_alive_responses_are_not_held_back_by_nagle(one_photo_app):
     """`wherein serve`'s connections send each write at once (TCP_NODELAY): with Nagle's
     algorithm on, the body of every response after the first on a keep-alive connection
     (a browser's thumbnails) waited ~40 ms for the client's delayed ACK of its headers."""
-    from wherein.search.cli.serve import bind
-    from wherein.search.web.protocol import HTTPServer
-
-    library, index = tmp_path / "library", tmp_path / "index"
-    draw_shape(library / "red.png", "red")
-    r = CliRunner().invoke(
-        cli, ["index", str(library), "--index", str(index), "--models", str(standin_models), "-q"]
-    )
-    assert r.exit_code == 0, r.output
-    sock = bind("127.0.0.1", 0)
-    srv = HTTPServer(create_app(index, standin_models, prefetch_masks=0), sock, "critical")
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        while not srv.started:
-            assert thread.is_alive()
-            time.sleep(0.05)
-        port = sock.getsockname()[1]
-        with socket.create_connection(("127.0.0.1", port)) as c:
-            c.sendall(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            assert c.recv(4096).startswith(b"HTTP/1.1 200")
-            (conn,) = srv.server_state.connections
-            accepted = conn.transport.get_extra_info("socket")
-            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
-    finally:
-        srv.should_exit = True
-        thread.join(10)
+    with (
+        live_server(one_photo_app, "critical") as (srv, port),
+        socket.create_connection(("127.0.0.1", port)) as c,
+    ):
+        c.sendall(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert c.recv(4096).startswith(b"HTTP/1.1 200")
+        (conn,) = srv.server_state.connections
+        accepted = conn.transport.get_extra_info("socket")
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)

@@ -262,11 +262,10 @@ def test_the_kind_filter_keeps_photos_or_videos(served):
 def test_players_that_hang_up_mid_video_leave_no_open_file(standin_models, tmp_path):
     """A browser drops its range request as soon as it seeks: each one's descriptor closes."""
     import socket
-    import threading
     import time
 
     import numpy as np
-    import uvicorn
+    from live_server import live_server
 
     rng = np.random.default_rng(0)  # noise: a video of megabytes, many chunks long
     library, index = tmp_path / "library", tmp_path / "index"
@@ -279,17 +278,8 @@ def test_players_that_hang_up_mid_video_leave_no_open_file(standin_models, tmp_p
     )
     assert video.stat().st_size > 2_000_000  # more than the sockets hold: cut short for real
     build_index(library, index, standin_models)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     app = create_app(index, standin_models, prefetch_masks=0)
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    try:
-        while not srv.started:
-            assert thread.is_alive()
-            time.sleep(0.05)
+    with live_server(app) as (_, port):
 
         def hang_up(headers: str) -> bytes:
             with socket.create_connection(("127.0.0.1", port)) as c:
@@ -306,9 +296,6 @@ def test_players_that_hang_up_mid_video_leave_no_open_file(standin_models, tmp_p
         while open_video_files() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert open_video_files() == 0
-    finally:
-        srv.should_exit = True
-        thread.join(10)
 
 
 def _points_at(fd: Path, target: Path) -> bool:

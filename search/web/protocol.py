@@ -4,7 +4,7 @@ A request uvicorn cannot parse (a malformed request line, a bad header) never re
 app: uvicorn answers 400 itself, in plain text. This subclass sends the same JSON body
 ``{"error", "status"}`` every error of the app has, so a client reads one error format.
 
-``http_server`` is the uvicorn server `wherein serve` runs over the socket it bound. The
+``HTTPServer`` is the uvicorn server `wherein serve` runs over the socket it bound. The
 socket object itself is handed over (not its file descriptor: uvicorn re-wraps a bare fd
 as a Unix socket, and asyncio then leaves Nagle's algorithm on for the TCP connections it
 accepts, so the body of every response after the first on a keep-alive connection waited
