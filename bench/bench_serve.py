@@ -116,15 +116,27 @@ def wherein(*args: str, **kw) -> list[str]:
     return [sys.executable, "-m", "wherein.search.cli", *args]
 
 
-def start_server(index: Path, models: Path, cache_mb: float) -> tuple[subprocess.Popen, int]:
+def start_server(
+    index: Path, models: Path, cache_mb: float, *options: str
+) -> tuple[subprocess.Popen, int]:
+    """`wherein serve` on a free loopback port (options: more of its flags), and that port."""
     proc = subprocess.Popen(
         wherein("serve", "--index", str(index), "--models", str(models), "--port", "0")
-        + ["--cache-mb", str(cache_mb)],
+        + ["--cache-mb", str(cache_mb), *options],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
     )
     return proc, wait_for_port(proc)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Ctrl-C, as a user stops it; killed if it has not stopped within 30 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def wait_for_port(proc: subprocess.Popen) -> int:
@@ -451,11 +463,7 @@ def main() -> None:
         cache = json.loads(warm.get("/api/status")[1])["cache"]
     finally:
         if server is not None:
-            server.send_signal(signal.SIGINT)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop_server(server)
         shutil.rmtree(work, ignore_errors=True)
 
     server = {key: result["latencies"].pop(f"search_{key}", []) for key in SERVER_TIMINGS}

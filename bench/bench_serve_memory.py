@@ -18,7 +18,6 @@ import argparse
 import json
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -46,23 +45,11 @@ def main() -> None:
             bs.wherein("index", str(photos), "--index", str(index), "--models", str(models), "-q"),
             check=True,
         )
-        proc = subprocess.Popen(
-            bs.wherein("serve", "--index", str(index), "--models", str(models), "--port", "0")
-            + ["--cache-mb", "512", "--prefetch-masks", "0"],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        server = proc
-        port = bs.wait_for_port(proc)
-        steps(proc.pid, port)
+        server, port = bs.start_server(index, models, 512, "--prefetch-masks", "0")
+        steps(server.pid, port)
     finally:
         if server is not None:
-            server.send_signal(signal.SIGINT)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            bs.stop_server(server)
         shutil.rmtree(work, ignore_errors=True)
 
 
