@@ -20,6 +20,16 @@ def standin_models(tmp_path_factory) -> Path:
     return build_standin_models(tmp_path_factory.mktemp("models"))
 
 
+@pytest.fixture(autouse=True)
+def one_shot_runtime():
+    """A test that opens a ServeSession turns on the server's way of running graphs
+    (litert_graph.run_concurrently) for its process: the next test starts without it."""
+    from wherein.indexer.models import litert_graph
+
+    yield
+    litert_graph.run_concurrently(False)
+
+
 @pytest.fixture()
 def env(standin_models, tmp_path, monkeypatch) -> dict[str, Path]:
     """WHEREIN_MODELS / WHEREIN_INDEX pointed at stand-ins and a fresh index."""

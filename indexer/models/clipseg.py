@@ -358,12 +358,16 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 # -- a process-wide cache: loading parses three graphs and maps a 50 MB table -----------------
-_CACHE: dict[tuple[str, int | None], ClipSeg] = {}
+_CACHE: dict[tuple[str, int | None, bool], ClipSeg] = {}
 _CACHE_LOCK = threading.Lock()
 
 
 def load_cached(models_root: str | Path, num_threads: int | None = None) -> ClipSeg:
-    key = (str(Path(models_root).resolve()), num_threads)
+    from wherein.indexer.models.litert_graph import runs_concurrently
+
+    # Graphs opened for a one-shot command hold the GIL through their runs: a server
+    # in the same process gets its own (litert_graph.run_concurrently).
+    key = (str(Path(models_root).resolve()), num_threads, runs_concurrently())
     with _CACHE_LOCK:
         model = _CACHE.get(key)
         if model is None:

@@ -37,10 +37,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from wherein.indexer.models.litert_graph import default_threads, native_stderr_filtered
+from wherein.indexer.models.litert_graph import (
+    LiteRTGraph,
+    default_threads,
+    native_stderr_filtered,
+    runs_concurrently,
+)
 
 if TYPE_CHECKING:
-    from wherein.indexer.models.litert_graph import LiteRTGraph
     from wherein.schemas.models import GraphSpec
 
 CACHE_SUFFIX = ".xnnpack-cache"
@@ -231,7 +235,11 @@ class CachedGraph:
 
 
 def open_cached(graph: Path, num_threads: int, fingerprint: str = "") -> CachedGraph | None:
-    """The graph with its weight cache (written on first use), or None: use the Interpreter."""
+    """The graph with its weight cache (written on first use), or None: use the Interpreter.
+    None too where this process runs graphs concurrently (a server): CompiledModel's binding
+    holds the GIL through a run, the Interpreter does not (litert_graph.run_concurrently)."""
+    if runs_concurrently():
+        return None
     for cache in cache_locations(graph, fingerprint):
         if not cache.is_file() and not _writable(cache.parent):
             continue  # a read-only models folder: the user cache
@@ -250,7 +258,10 @@ class SharedGraph:
     memory while the .tflite it read them from stays mapped: a full-size CLIPSeg held 957 MB
     so, 543 MB this way (bench/bench_clipseg_cached.py), with equal outputs (the same
     XNNPACK kernels). Inputs and outputs keep the LiteRTGraph's slot order, bound by name.
-    Where the cache cannot be had, or the names differ, the LiteRTGraph runs as before.
+    Where the cache cannot be had, or the names differ, the LiteRTGraph runs as before;
+    in a process that runs graphs concurrently (a server), one Interpreter for every
+    thread (its runs let other threads run Python; its float weights are unmapped once
+    packed, so it holds about what the cache does).
     """
 
     def __init__(self, graph: LiteRTGraph) -> None:
@@ -260,17 +271,21 @@ class SharedGraph:
         self._lock = threading.Lock()
         self._cached: CachedGraph | None = None
         self._interpreter = False  # True once the cached way is known not to work
+        self._one: LiteRTGraph | None = None  # the Interpreter every thread shares
 
     def check(self, spec: GraphSpec) -> None:
         self.graph.check(spec)
 
+    def _threads(self) -> int:
+        # One model runs one call at a time for every thread, so it gets every core: the
+        # graph's own count was planned per thread (the CLI's mask pool: 2 workers x 1
+        # thread), and kept, it would run the vision passes on one core.
+        return max(self.graph.num_threads, default_threads())
+
     def _open(self) -> CachedGraph | None:
         if self._cached is None and not self._interpreter:
             sig = next(iter(self.signatures.values()))
-            # One model runs one call at a time for every thread, so it gets every core:
-            # the graph's own count was planned per thread (the CLI's mask pool: 2 workers
-            # x 1 thread), and kept, it would run the vision passes on one core.
-            cached = open_cached(self.path, max(self.graph.num_threads, default_threads()))
+            cached = open_cached(self.path, self._threads())
             if (
                 cached is None
                 or set(cached.inputs) != set(sig.inputs)
@@ -291,6 +306,12 @@ class SharedGraph:
                 feeds = {n: np.asarray(x, dtype=np.float32) for n, x in zip(sig.inputs, inputs)}
                 out = cached.run_named(feeds)
                 return [out[n] for n in sig.outputs]
+            if runs_concurrently():
+                # A server: one Interpreter (it lets go of the GIL while it runs) for every
+                # thread, so the packed weights are held once, as with the cache.
+                if self._one is None:
+                    self._one = LiteRTGraph(self.path, self._threads(), shared=True)
+                return self._one.run(*inputs, signature=signature)
         return self.graph.run(*inputs, signature=signature)
 
 

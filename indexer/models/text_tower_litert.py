@@ -316,10 +316,14 @@ class LiteRTTextTower(CalibratedScores):
     def _open_interpreter(self, path: Path, threads: int) -> tuple[tuple[int, ...], ...]:
         from ai_edge_litert.interpreter import Interpreter
 
+        from wherein.indexer.models.litert_graph import drop_mapped_pages
+
         try:
             self._interp = Interpreter(model_path=str(path), num_threads=threads)
+            self._interp.allocate_tensors()  # XNNPACK packs the weights here
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"{path}: not a loadable LiteRT model ({exc})") from exc
+        drop_mapped_pages(path)  # the float weights: only the token table is read again
         sigs = self._interp.get_signature_list()
         key = "serving_default" if "serving_default" in sigs else next(iter(sigs))
         self._runner = self._interp.get_signature_runner(key)
@@ -353,9 +357,17 @@ def has_litert_text(models_root: str | Path) -> bool:
     return (d / TEXT_GRAPH).is_file() and (d / TEXT_MANIFEST).is_file()
 
 
-@lru_cache(maxsize=4)
 def load_query_encoder(models_root: str):
     """The LiteRT text tower when converted (no torch import), else open_clip's TextTower."""
+    from wherein.indexer.models.litert_graph import runs_concurrently
+
+    # A tower opened for a one-shot command holds the GIL through its runs: never hand it
+    # to a server (or the other way round) in one process.
+    return _query_encoder(models_root, runs_concurrently())
+
+
+@lru_cache(maxsize=4)
+def _query_encoder(models_root: str, concurrent: bool):
     if has_litert_text(models_root):
         return LiteRTTextTower.from_models(ModelDir(Path(models_root)))
     from wherein.indexer.models.text_tower import load_text_tower

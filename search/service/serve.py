@@ -102,8 +102,12 @@ class ServeSession:
         """Opens the index now: a missing one fails here, not on the first request.
         cache_mb: size limit of INDEX/cache [env WHEREIN_CACHE_MB; default 512]."""
         from wherein.indexer import paths as P
+        from wherein.indexer.models.litert_graph import run_concurrently
         from wherein.search.service.search import open_index
 
+        # Many requests at once: graphs on the runtime whose runs let the other requests'
+        # threads run Python (a new query's text encoding, a mask's vision pass).
+        run_concurrently()
         self.prefetch_masks = prefetch_masks
         self.searcher = open_index(
             P.index_dir(index_dir), Path(models_dir) if models_dir else None, template=template
