@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from wherein.schemas.errors import BadRequest, FileChanged, NotFound
+from wherein.schemas.locations import tar_member
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -127,10 +128,12 @@ def _remember(f: IndexedFile, st: os.stat_result) -> None:
             _verified.popitem(last=False)
 
 
-def _check_stat(f: IndexedFile, st: os.stat_result) -> None:
+def _check_stat(f: IndexedFile, st: os.stat_result, member: bool = False) -> None:
+    """member: st is the tar archive of the file's bytes, whose mtime the catalog holds (its
+    size is the member's)."""
     if not stat.S_ISREG(st.st_mode):
         raise FileChanged(f"image {f.id}: the indexed path is no longer a regular file; refused")
-    if st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
+    if (st.st_size != f.size and not member) or st.st_mtime_ns != f.mtime_ns:
         raise FileChanged(
             f"image {f.id}: the file changed since it was indexed (size or time differ); "
             "re-run wherein index to pick up the change"
@@ -147,14 +150,18 @@ def check_current(f: IndexedFile) -> None:
     """NotFound / FileChanged unless the file is still the indexed content, before a cached
     derivative of it is served: one stat, and a hash only when the file's identity differs
     from the one its bytes last hashed under (or none is known: a restarted server)."""
+    member = tar_member(f.path)
     try:
-        st = os.stat(f.path)
+        st = os.stat(member[0] if member else f.path)
     except OSError as exc:
         raise _gone(f, exc) from None
-    _check_stat(f, st)
+    _check_stat(f, st, member is not None)
     with _verified_lock:
         known = _verified.get((f.path, f.sha256))
     if known != _identity(st):
+        if member:
+            read_verified(f)  # a photo: held whole anyway
+            return
         with opened_verified(f):  # hashed in chunks: a video is never held whole
             pass
 
@@ -164,7 +171,10 @@ def opened_verified(f: IndexedFile) -> Iterator[int]:
     """An open descriptor of the file, once its content is known to be the indexed one (by its
     identity, else by hashing it in chunks); what is served is read from this descriptor,
     so a file swapped after the check is never what goes out. For files too large to hold
-    (a video's byte ranges); NotFound / FileChanged as read_verified."""
+    (a video's byte ranges); NotFound / FileChanged as read_verified. A member of a tar
+    shard has no descriptor of its own: NotFound."""
+    if tar_member(f.path):
+        raise NotFound(f"image {f.id}: a member of a tar shard, not a file that can be streamed")
     fd = _open(f)
     try:
         st = os.fstat(fd)
@@ -203,6 +213,8 @@ def _differs(f: IndexedFile) -> FileChanged:
 
 def read_verified(f: IndexedFile) -> bytes:
     """The file's bytes when they are still the indexed content; NotFound / FileChanged otherwise."""
+    if tar_member(f.path):
+        return _read_verified_member(f)
     fd = _open(f)
     try:
         st = os.fstat(fd)
@@ -218,6 +230,24 @@ def read_verified(f: IndexedFile) -> bytes:
     finally:
         os.close(fd)
     data = b"".join(chunks)
+    if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
+        raise _differs(f)
+    _remember(f, st)
+    return data
+
+
+def _read_verified_member(f: IndexedFile) -> bytes:
+    from wherein.indexer.members import read_member
+
+    try:
+        data, st = read_member(f.path)
+    except FileNotFoundError:
+        raise NotFound(f"image {f.id}: its tar archive, or its member there, is gone") from None
+    except OSError as exc:
+        raise NotFound(
+            f"image {f.id}: cannot read it from its tar archive ({exc.strerror or exc})"
+        ) from None
+    _check_stat(f, st, member=True)
     if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
         raise _differs(f)
     _remember(f, st)

@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from wherein.schemas import locations
+
 HIT_SCHEMA_PATH = Path(__file__).with_name("hit.schema.json")
 # `wherein status --json` (and /api/status, which adds the web app's caches to it), and
 # `wherein index --json`: the reports of indexer/store/status.py and indexer/ingest/run.py.
@@ -242,7 +244,7 @@ class Hit:
             indexed_at=row["indexed_at"],
             sha256=row["sha256"],
             format=row["format"],
-            exists=os.path.exists(row["path"]) if check_exists else True,
+            exists=locations.exists(row["path"]) if check_exists else True,
             taken=taken,
             taken_source=source,
             camera=camera_of(row),

@@ -21,8 +21,8 @@ from wherein.indexer.imaging import (
     prepare,
 )
 from wherein.indexer.kinds.base import MediaKind, Source
+from wherein.indexer.members import read_located
 from wherein.indexer.photometa import photo_meta_from_bytes
-from wherein.indexer.regular import read_regular
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -89,7 +89,7 @@ class Photo(MediaKind):
 
     def image_at(self, path: str | Path, at: Locator) -> Image.Image:
         try:
-            data = read_regular(path)  # a FIFO or a device there is refused, never read
+            data = read_located(str(path))  # a FIFO or a device there is refused, never read
         except OSError as exc:
             raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
         image, _ = decode(data)

@@ -22,8 +22,8 @@ import numpy as np
 
 from wherein.indexer.scale import shards as S
 from wherein.indexer.scale.embed_set import EmbedSet, ShardRef
-from wherein.indexer.scale.sources import TAR_SEP
 from wherein.indexer.store.catalog import Catalog
+from wherein.schemas.locations import TAR_SEP
 
 EXAMPLES = 5
 

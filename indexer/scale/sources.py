@@ -18,8 +18,8 @@ from wherein.indexer.ingest.walk import WalkProblem, walk
 from wherein.indexer.kinds.registry import kinds
 from wherein.indexer.regular import MAX_PHOTO_BYTES, open_regular, read_fd, too_large
 from wherein.schemas.errors import WhereinError
+from wherein.schemas.locations import TAR_SEP
 
-TAR_SEP = "#"  # "/data/shard-0001.tar#000123.jpg"
 LIST_COLUMNS = ("uri", "url", "path", "file", "filename")
 # Folders give files of every kind (a timed file's sampled frames are rows of the shards);
 # tar members are named as a kind read from bytes in memory (a photo, an animation), not as

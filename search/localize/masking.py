@@ -32,9 +32,9 @@ from PIL import Image, ImageDraw
 
 from wherein.indexer.imaging import DecodeError, decode
 from wherein.indexer.kinds import registry as media
+from wherein.indexer.members import read_located, stat_located
 from wherein.indexer.outputs import MARK, write_output
 from wherein.indexer.paths import make_folder
-from wherein.indexer.regular import read_regular
 from wherein.schemas.errors import WhereinError
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE, CLIPSEG_MASK_THRESHOLD
 from wherein.schemas.records import HIT_MASK_FIELDS
@@ -359,7 +359,7 @@ def photo_bytes(path: str | Path) -> bytes:
     """A photo's bytes, read only when it is a regular file (a FIFO or a device swapped in
     is refused, never read); a DecodeError says why not."""
     try:
-        return read_regular(path)
+        return read_located(str(path))  # a file, or a member of a tar shard
     except OSError as exc:
         raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
 
@@ -454,7 +454,7 @@ def see(
     """
     path = Path(path)
     try:
-        st = path.stat()
+        st = stat_located(os.fspath(path))  # a tar member's: its archive's
     except OSError as exc:
         raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
     key: tuple = (os.fspath(path), st.st_ino, st.st_size, st.st_mtime_ns)

@@ -26,6 +26,7 @@ from typing import Any
 from wherein.indexer.indexed import IndexedFile, check_current, frame_image, opened_verified
 from wherein.indexer.kinds import registry as media
 from wherein.indexer.video.detect import HEAD_BYTES, sniff
+from wherein.schemas import locations
 from wherein.schemas.errors import BadRequest, IndexError_, NotFound
 from wherein.schemas.records import iso_time
 from wherein.search.cache.limit import CacheJanitor, cache_limit_bytes, usable_cache
@@ -322,7 +323,7 @@ def _rechecked(result: SearchResult, check_exists: bool) -> SearchResult:
     """A kept answer as a search now gives it: each hit's file looked at again."""
     t0 = time.perf_counter()
     hits = (
-        [h.replace(exists=os.path.exists(h.path)) for h in result.hits]
+        [h.replace(exists=locations.exists(h.path)) for h in result.hits]
         if check_exists
         else result.hits
     )

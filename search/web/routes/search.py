@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 
+from wherein.schemas import locations
 from wherein.schemas.errors import BadRequest
 from wherein.schemas.records import Hit
 from wherein.search.service.search import Query as Q
@@ -102,7 +103,7 @@ def search(
     timings = dict(result.timings)
     total = len(hits) if min_probability is not None else None
     paging = time.perf_counter()
-    chunk = [h.replace(exists=os.path.exists(h.path)) for h in hits[end - per_page : end]]
+    chunk = [h.replace(exists=locations.exists(h.path)) for h in hits[end - per_page : end]]
     timings["page_ms"] = (time.perf_counter() - paging) * 1e3
     prompt = query.mask_prompt()
     if prompt and page == 1 and state.prefetch_masks > 0:
