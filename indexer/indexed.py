@@ -24,6 +24,7 @@ still serves, because it is still that content.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import stat
@@ -263,6 +264,11 @@ def frame_image(f: IndexedFile) -> Image.Image:
     if not f.timed:
         raise NotFound(f"image {f.id}: not a video in this index")
     t = f.time or 0.0
+    if tar_member(f.path):  # an animation in a tar shard: its verified bytes, in memory
+        try:
+            return _kind(f.kind).image_at(io.BytesIO(read_verified(f)), Locator("frame", t=t))
+        except (VideoError, DecodeError) as exc:
+            raise BadRequest(f"t: image {f.id} has no frame at {t:g} s ({exc})") from None
     with opened_verified(f) as fd:
         # The descriptor's own path (Linux, and /dev/fd elsewhere) opens the very file checked.
         via = next(

@@ -98,3 +98,30 @@ def test_the_web_app_shows_and_masks_a_tar_member_and_refuses_a_changed_archive(
         shard.unlink()
         gone = client.get(f"/api/image/{hit['id']}")
         assert gone.status_code == 404 and json.loads(gone.text)["error"]
+
+
+def test_an_animation_in_a_shard_is_shown_and_masked_at_its_moment(env, tmp_path, standin_models):
+    """An animated GIF inside a shard: its hit is the red moment, the web app shows that
+    frame (not the first, blue one) and `search --mask` masks it."""
+    frames = [Image.new("RGB", (160, 120), colour) for colour in ("blue", "blue", "red", "red")]
+    gif = tmp_path / "anim.gif"
+    frames[0].save(gif, save_all=True, append_images=frames[1:], duration=500, loop=0)
+    shard = tmp_path / "shard-0000.tar"
+    with tarfile.open(shard, "w") as tf:
+        tf.add(gif, "anim.gif")
+    run("embed", shard, "--out", tmp_path / "emb", "-q")
+    index = tmp_path / "built"
+    run("build-index", tmp_path / "emb", "--index", index, "-q")
+
+    hit = _top(index, "--mask", "--out", tmp_path / "masks")
+    assert hit["kind"] == "animation" and 1.0 <= hit["time"] < 2.0, hit
+    assert "mask_skipped" not in hit, hit.get("mask_skipped")
+    assert (np.asarray(Image.open(hit["mask_path"])) > 0).mean() > 0.9  # the red frame, whole
+
+    app = create_app(index, standin_models, prefetch_masks=0)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        (shown,) = client.get("/api/search", params={"q": "red", "per_page": 1}).json()["hits"]
+        frame = client.get(shown["image_url"])
+        assert frame.status_code == 200, frame.text
+        r, g, b = Image.open(io.BytesIO(frame.content)).convert("RGB").getpixel((80, 60))
+        assert r > 200 and b < 60, (r, g, b)

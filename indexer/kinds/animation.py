@@ -163,7 +163,7 @@ class Animation(MediaKind):
     def sample(self, path: Source, every: float, max_frames: int) -> FrameSource:
         return _Sampling(path, every, max_frames)
 
-    def image_at(self, path: str | Path, at: Locator) -> Image.Image:
+    def image_at(self, path: Source, at: Locator) -> Image.Image:
         t = at.t or 0.0
         shown: Image.Image | None = None
         end = 0.0

@@ -104,9 +104,10 @@ class MediaKind:
         raise NotImplementedError(f"{self.name} is not timed")
 
     # -- every kind -----------------------------------------------------------------
-    def image_at(self, path: str | Path, at: Locator) -> Image.Image:
+    def image_at(self, path: Source, at: Locator) -> Image.Image:
         """The RGB pixels at a locator, full size, as a viewer shows them (a frame at
-        at.t, the whole image, or a box of it). Raises DecodeError or VideoError."""
+        at.t, the whole image, or a box of it). Raises DecodeError or VideoError. path: a
+        file, or bytes in memory (a tar member) for a kind that reads them (in_memory)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -87,9 +87,10 @@ class Photo(MediaKind):
         prepared.kind = self.name
         return prepared
 
-    def image_at(self, path: str | Path, at: Locator) -> Image.Image:
+    def image_at(self, path: Source, at: Locator) -> Image.Image:
         try:
-            data = read_located(str(path))  # a FIFO or a device there is refused, never read
+            # A FIFO or a device there is refused, never read; a tar member read from its archive.
+            data = read_located(str(path)) if isinstance(path, str | Path) else path.read()
         except OSError as exc:
             raise DecodeError(f"cannot read: {exc.strerror or exc}") from None
         image, _ = decode(data)

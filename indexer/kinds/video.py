@@ -42,10 +42,10 @@ class Video(MediaKind):
 
         return Sampling(_file(path), every=every, max_frames=max_frames)
 
-    def image_at(self, path: str | Path, at: Locator) -> Image.Image:
+    def image_at(self, path: Source, at: Locator) -> Image.Image:
         from wherein.indexer.video.sample import frame_at
 
-        return frame_at(path, at.t or 0.0).image()
+        return frame_at(_file(path), at.t or 0.0).image()
 
 
 def _file(path: Source) -> str | Path:

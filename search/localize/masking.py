@@ -36,6 +36,7 @@ from wherein.indexer.members import read_located, stat_located
 from wherein.indexer.outputs import MARK, write_output
 from wherein.indexer.paths import make_folder
 from wherein.schemas.errors import WhereinError
+from wherein.schemas.locations import tar_member
 from wherein.schemas.models import CLIPSEG_IMAGE_SIZE, CLIPSEG_MASK_THRESHOLD
 from wherein.schemas.records import HIT_MASK_FIELDS
 from wherein.search.cache.vision import Seen, VisionCache
@@ -420,10 +421,13 @@ def frame_image(path: str | Path, time: float) -> Image.Image:
     applied), full size, loaded by the file's kind; a DecodeError says why not (a time
     outside the file names its range)."""
     from wherein.indexer.imaging import Locator
-    from wherein.indexer.kinds.registry import kind_of
+    from wherein.indexer.kinds.registry import kind_of, kind_of_bytes
     from wherein.indexer.video.frames import VideoError
 
     try:
+        if tar_member(os.fspath(path)):  # an animation in a tar shard: read from its archive
+            data = photo_bytes(path)
+            return kind_of_bytes(data).image_at(io.BytesIO(data), Locator("frame", t=time))
         return kind_of(path).image_at(path, Locator("frame", t=time))
     except VideoError as exc:
         raise DecodeError(str(exc)) from None
