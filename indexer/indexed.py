@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from wherein.indexer.members import read_member, stat_located
 from wherein.schemas.errors import BadRequest, FileChanged, NotFound
 from wherein.schemas.locations import tar_member
 
@@ -153,7 +154,7 @@ def check_current(f: IndexedFile) -> None:
     from the one its bytes last hashed under (or none is known: a restarted server)."""
     member = tar_member(f.path)
     try:
-        st = os.stat(member[0] if member else f.path)
+        st = stat_located(f.path)
     except OSError as exc:
         raise _gone(f, exc) from None
     _check_stat(f, st, member is not None)
@@ -238,8 +239,6 @@ def read_verified(f: IndexedFile) -> bytes:
 
 
 def _read_verified_member(f: IndexedFile) -> bytes:
-    from wherein.indexer.members import read_member
-
     try:
         data, st = read_member(f.path)
     except FileNotFoundError:

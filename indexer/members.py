@@ -15,7 +15,13 @@ import tarfile
 import threading
 from collections import OrderedDict
 
-from wherein.indexer.regular import MAX_PHOTO_BYTES, open_regular, read_regular, too_large
+from wherein.indexer.regular import (
+    MAX_PHOTO_BYTES,
+    open_regular,
+    read_fd,
+    read_regular,
+    too_large,
+)
 from wherein.schemas.locations import tar_member
 
 KEPT_ARCHIVES = 16
@@ -52,14 +58,9 @@ def read_member(path: str, limit: int = MAX_PHOTO_BYTES) -> tuple[bytes, os.stat
         offset, size = entry
         if size > limit:
             raise too_large(path, size, limit)
-        chunks, at = [], offset
-        while at < offset + size:
-            chunk = os.pread(fd, min(offset + size - at, 1 << 20), at)
-            if not chunk:
-                break  # the archive was cut short since its headers were read
-            chunks.append(chunk)
-            at += len(chunk)
-        return b"".join(chunks), st
+        os.lseek(fd, offset, os.SEEK_SET)
+        # A member cut short since the headers were read gives fewer bytes (a hash mismatch).
+        return read_fd(fd, size)[:size], st
 
 
 def _table(archive: str, fd: int, st: os.stat_result) -> dict[str, tuple[int, int]]:

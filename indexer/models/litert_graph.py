@@ -49,7 +49,7 @@ def run_concurrently(on: bool = True) -> None:
     start) holds it for the whole run. In a one-shot command that costs nothing; in a
     server every request waited for every run: a full-size text tower holds it 0.13-0.2 s
     per new query, a CLIPSeg vision pass ~1 s (AVX2 EPYC). A server pays the repacking
-    once per start instead (~0.4 s for the text tower).
+    once per start instead (0.7-0.9 s for the text tower there).
     """
     global _concurrent
     _concurrent = on
