@@ -86,12 +86,12 @@ def test_bpe_tables_equal_open_clips_vocabulary_and_merge_ranks():
     # file by hand (no pairs kept), and a wrong id or rank would show only for some words.
     from open_clip.tokenizer import SimpleTokenizer
 
-    from wherein.indexer.models.text_tower_litert import ClipBPE, open_clip_bpe_file
+    from wherein.indexer.models.clip_bpe import ClipBPE, open_clip_bpe_file
 
     ref, ours = SimpleTokenizer(), ClipBPE(open_clip_bpe_file())
-    assert len(ref.encoder) == len(ours.encoder._keys)
+    assert len(ref.encoder) == len(ours.encoder)
     assert all(ours.encoder.get(token) == i for token, i in ref.encoder.items())
-    assert len(ref.bpe_ranks) == len(ours.ranks._keys)
+    assert len(ref.bpe_ranks) == len(ours.ranks)
     assert all(ours.ranks.get(f"{a} {b}") == r for (a, b), r in ref.bpe_ranks.items())
 
 

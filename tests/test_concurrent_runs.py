@@ -14,13 +14,10 @@ import pytest
 from slow_graph import write_slow_graph
 
 from wherein.indexer.models import litert_graph
+from wherein.indexer.models.clip_bpe import CLIP_BPE_FILE, open_clip_bpe_file
 from wherein.indexer.models.litert_cached import SharedGraph
 from wherein.indexer.models.litert_graph import LiteRTGraph
-from wherein.indexer.models.text_tower_litert import (
-    CLIP_BPE_FILE,
-    LiteRTTextTower,
-    open_clip_bpe_file,
-)
+from wherein.indexer.models.text_tower_litert import LiteRTTextTower
 
 
 def _longest_stall(work: Callable[[], object]) -> tuple[float, float]:

@@ -32,6 +32,7 @@ import hashlib
 import json
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,20 +118,34 @@ def _write(target: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) ->
         f.truncate(start + offset)
 
 
-def _read_header(f) -> tuple[dict[str, Any], int]:
+def _read_header(f, fmt: str) -> tuple[dict[str, Any], int]:
     if f.read(len(_MAGIC)) != _MAGIC:
         raise ValueError("not a BPE index")
     n = int(f.read(16))
     header = json.loads(f.read(n))
-    if header.get("format") != FORMAT:
+    if header.get("format") != fmt:
         raise ValueError(f"BPE index format {header.get('format')!r}")
     return header, -(-(len(_MAGIC) + 16 + n) // _ALIGN) * _ALIGN
 
 
-def build_index(asset: Path, target: Path) -> None:
-    """Write target (atomically) from asset; ValueError when the model is not plain BPE."""
+def read_asset(asset: Path) -> tuple[bytes, dict[str, Any]]:
+    """asset's bytes and what an index of them records of it (stamp taken first: an asset
+    rewritten while read gets an older stamp, so its hash is checked on the next open)."""
     stamp = _stamp(asset)
     raw = asset.read_bytes()
+    return raw, {**stamp, "sha256": hashlib.sha256(raw).hexdigest()}
+
+
+def write_index(
+    target: Path, fmt: str, about: dict[str, Any], arrays: dict[str, np.ndarray]
+) -> None:
+    """An index of one format: what read_asset recorded, more meta, and the arrays."""
+    _write(target, {"format": fmt, **about}, arrays)
+
+
+def build_index(asset: Path, target: Path) -> None:
+    """Write target (atomically) from asset; ValueError when the model is not plain BPE."""
+    raw, about = read_asset(asset)
     tokenizer = json.loads(raw)
     if not indexable(tokenizer):
         raise ValueError(f"{asset}: not a plain BPE tokenizer")
@@ -141,9 +156,7 @@ def build_index(asset: Path, target: Path) -> None:
     )
     shell = dict(tokenizer, model=dict(model, vocab=_always(tokenizer), merges=[]))
     meta = {
-        "format": FORMAT,
-        **stamp,
-        "sha256": hashlib.sha256(raw).hexdigest(),
+        **about,
         "shell": shell,
         "max_len": max((len(t) for t in model["vocab"]), default=1),
     }
@@ -154,13 +167,13 @@ def build_index(asset: Path, target: Path) -> None:
         "merge_ranks": np.array([r for _, r, _ in merges], np.int64),
         "merge_splits": np.array([s for _, _, s in merges], np.int32),  # len(a) in characters
     }
-    _write(target, meta, arrays)
+    write_index(target, FORMAT, meta, arrays)
 
 
-def _refresh_stamp(index: Path, stamp: dict[str, int]) -> None:
+def _refresh_stamp(index: Path, stamp: dict[str, int], fmt: str) -> None:
     """Same bytes under a new mtime (a copy, a touch): rewrite the header, keep the arrays."""
     with index.open("rb") as f:
-        header, start = _read_header(f)
+        header, start = _read_header(f, fmt)
         f.seek(start)
         body = f.read()
     layout = header.pop("arrays")
@@ -173,11 +186,11 @@ def _refresh_stamp(index: Path, stamp: dict[str, int]) -> None:
     _write(index, {**header, **stamp}, arrays)
 
 
-def _current(asset: Path, index: Path) -> bool:
+def _current(asset: Path, index: Path, fmt: str) -> bool:
     """Whether index describes asset's present bytes (refreshing a stale stamp if so)."""
     try:
         with index.open("rb") as f:
-            header, _ = _read_header(f)
+            header, _ = _read_header(f, fmt)
     except (OSError, ValueError):
         return False
     stamp = _stamp(asset)
@@ -186,36 +199,68 @@ def _current(asset: Path, index: Path) -> bool:
     if header.get("size") != stamp["size"] or header.get("sha256") != _sha256(asset):
         return False
     with contextlib.suppress(OSError, ValueError):  # if not, the hash is checked next time
-        _refresh_stamp(index, stamp)
+        _refresh_stamp(index, stamp, fmt)
     return True
+
+
+def cached_location(asset: Path, suffix: str = INDEX_SUFFIX) -> Path:
+    """An index's place in the user's cache, named after the asset's resolved path."""
+    import platformdirs
+
+    key = hashlib.sha256(os.fsencode(asset.resolve())).hexdigest()[:24]
+    return Path(platformdirs.user_cache_dir("wherein")) / "tokenizers" / f"{key}{suffix}"
 
 
 def index_locations(asset: Path) -> list[Path]:
     """Beside the asset, else (a read-only models folder) in the user's cache."""
-    import platformdirs
-
-    key = hashlib.sha256(os.fsencode(asset.resolve())).hexdigest()[:24]
-    return [
-        asset.with_name(asset.name + INDEX_SUFFIX),
-        Path(platformdirs.user_cache_dir("wherein")) / "tokenizers" / f"{key}{INDEX_SUFFIX}",
-    ]
+    return [asset.with_name(asset.name + INDEX_SUFFIX), cached_location(asset)]
 
 
-def ensure_index(asset: Path) -> Path | None:
-    """A current index for asset (built if needed), or None when none can be had."""
-    locations = index_locations(asset)
+def ensure_index(
+    asset: Path,
+    build: Callable[[Path, Path], None] | None = None,
+    fmt: str = FORMAT,
+    locations: list[Path] | None = None,
+) -> Path | None:
+    """A current index for asset (built if needed), or None when none can be had.
+
+    By default tokenizer.json's index (build_index, FORMAT, index_locations); another
+    table kept this way passes its own builder, format and places."""
+    build = build or build_index
+    locations = locations if locations is not None else index_locations(asset)
     for index in locations:
-        if _current(asset, index):
+        if _current(asset, index, fmt):
             return index
     for index in locations:
         try:
-            build_index(asset, index)
+            build(asset, index)
             return index
         except ValueError:
             return None  # not plain BPE (or not JSON): no location will help
         except OSError:
             continue
     return None
+
+
+def map_index(index: Path, fmt: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """An index's header and its arrays, read-only views of one mapping of the file (which
+    they keep open); ValueError when it is not an index of that format."""
+    with index.open("rb") as f:
+        header, start = _read_header(f, fmt)
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    # A query's look-ups are binary searches: a few scattered pages each. Without this
+    # hint every page fault also maps its neighbours (read-ahead, fault-around), which
+    # no search reads: a server held ~10 MB of the 14 MB file after a few dozen
+    # queries, ~5 MB with it. The pages a search does read are read as before.
+    with contextlib.suppress(AttributeError, OSError):  # no madvise off Linux/BSD
+        mapped.madvise(mmap.MADV_RANDOM)
+    arrays = {
+        name: np.frombuffer(
+            mapped, np.dtype(spec["dtype"]), int(np.prod(spec["shape"])), start + spec["offset"]
+        ).reshape(spec["shape"])
+        for name, spec in header.pop("arrays").items()
+    }
+    return header, arrays
 
 
 class IndexedBPE:
@@ -227,24 +272,7 @@ class IndexedBPE:
         self._asset = asset  # loaded in full only if a subset ever fails to build
         self._full: Any = None
 
-        with index.open("rb") as f:
-            header, start = _read_header(f)
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        # A query's look-ups are binary searches: a few scattered pages each. Without this
-        # hint every page fault also maps its neighbours (read-ahead, fault-around), which
-        # no search reads: a server held ~10 MB of the 14 MB file after a few dozen
-        # queries, ~5 MB with it. The pages a search does read are read as before.
-        with contextlib.suppress(AttributeError, OSError):  # no madvise off Linux/BSD
-            self._map.madvise(mmap.MADV_RANDOM)
-        self._arrays = {
-            name: np.frombuffer(
-                self._map,
-                np.dtype(spec["dtype"]),
-                int(np.prod(spec["shape"])),
-                start + spec["offset"],
-            ).reshape(spec["shape"])
-            for name, spec in header["arrays"].items()
-        }
+        header, self._arrays = map_index(index, FORMAT)
         self._shell: dict[str, Any] = header["shell"]
         self._max_len = int(header["max_len"])
         self._added = [

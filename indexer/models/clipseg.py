@@ -173,11 +173,8 @@ class Tokenizer:
     """
 
     def __init__(self) -> None:
-        from wherein.indexer.models.text_tower_litert import (
-            CLEANERS,
-            ClipBPE,
-            open_clip_bpe_file,
-        )
+        from wherein.indexer.models.clip_bpe import ClipBPE, open_clip_bpe_file
+        from wherein.indexer.models.text_tower_litert import CLEANERS
 
         self._bpe = ClipBPE(open_clip_bpe_file())
         self._clean = CLEANERS["lower"]

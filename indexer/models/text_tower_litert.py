@@ -17,10 +17,8 @@ with 0 to the context length, truncating content as open_clip does.
 
 from __future__ import annotations
 
-import gzip
 import html
 import json
-import math
 import string
 import threading
 from collections.abc import Callable
@@ -30,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from wherein.indexer.models.bpe_index import IndexedBPE, ensure_index
+from wherein.indexer.models.clip_bpe import ClipBPE
 from wherein.indexer.models.modeldir import ModelDir
 from wherein.indexer.models.text_tower import CalibratedScores
 from wherein.indexer.normalize import unit_rows
@@ -37,20 +36,6 @@ from wherein.schemas.errors import ModelError
 
 TEXT_GRAPH = "text_tower.tflite"
 TEXT_MANIFEST = "manifest.json"
-CLIP_BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
-
-
-def open_clip_bpe_file() -> Path:
-    """open_clip's bundled CLIP BPE merges, found without importing open_clip (it imports torch)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("open_clip")
-    path = Path(spec.origin).parent / CLIP_BPE_FILE if spec and spec.origin else None
-    if path is None or not path.is_file():
-        raise ModelError(
-            "open_clip's bundled CLIP BPE vocabulary not found (is open-clip-torch installed?)"
-        )
-    return path
 
 
 # -- cleaning (same functions as open_clip/tokenizer.py) -------------------------
@@ -95,123 +80,6 @@ CLEANERS: dict[str, Callable[[str], str]] = {
 
 
 # -- tokenizers ------------------------------------------------------------------
-@lru_cache
-def _bytes_to_unicode() -> dict[int, str]:
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, [chr(c) for c in cs], strict=True))
-
-
-class _Table:
-    """A read-only str -> int map kept as one sorted array of UTF-8 keys and one of values
-    (a binary search per look-up): ~3 MB where a dict of the same 49k str keys, their ints
-    and a tuple of two more strs per merge took ~25 MB of a server's heap. Of keys given
-    twice the last one's value holds, as in a dict built in the same order."""
-
-    _END = b"\xff"  # never in UTF-8: ends every key, so numpy's 'S' type strips no NUL of it
-
-    def __init__(self, keys: list[str]) -> None:
-        enc = np.array([k.encode("utf-8") + self._END for k in keys], dtype=np.bytes_)
-        order = np.argsort(enc, kind="stable")  # equal keys stay in their given order
-        enc = enc[order]
-        last = np.ones(len(enc), dtype=bool)
-        last[:-1] = enc[1:] != enc[:-1]
-        self._keys = enc[last]
-        self._values = order[last].astype(np.int32)
-
-    def get(self, key: str) -> int | None:
-        k = key.encode("utf-8") + self._END
-        i = int(np.searchsorted(self._keys, k))
-        if i < len(self._keys) and self._keys[i] == k:
-            return int(self._values[i])
-        return None
-
-    def __getitem__(self, key: str) -> int:
-        value = self.get(key)
-        if value is None:
-            raise KeyError(key)
-        return value
-
-
-class ClipBPE:
-    """open_clip's SimpleTokenizer.encode (content ids only), without torch.
-
-    Its vocabulary and merge ranks are sorted tables (_Table), not dicts: a long-lived
-    process (the web app's masks) keeps them, and a prompt looks up a few dozen entries."""
-
-    def __init__(self, bpe_path: Path) -> None:
-        import regex
-
-        n = 49152 - 256 - 2  # the merges open_clip uses, after the file's header line
-        with gzip.open(bpe_path) as f:
-            # maxsplit: the file holds 262k lines; splitting all of them left ~7 MB of freed
-            # small strings in the heap of a long-lived process
-            lines = f.read().decode("utf-8").split("\n", n + 1)[1 : n + 1]
-        # A merge (a, b) is keyed "a b": no BPE symbol holds a space (bytes_to_unicode). The
-        # lines are already "a b", so they are kept as they are, not split into pairs and
-        # joined again: ~100k short-lived objects fewer, the build's peak of Python objects
-        # 15 MB instead of 30 (a mask model loads it inside the long-lived server).
-        merges = [m if m.count(" ") == 1 and m.strip() == m else " ".join(m.split()) for m in lines]
-        del lines
-        vocab = list(_bytes_to_unicode().values())
-        vocab = vocab + [v + "</w>" for v in vocab] + [m.replace(" ", "") for m in merges]
-        specials = ["<start_of_text>", "<end_of_text>"]
-        vocab.extend(specials)
-        self.encoder = _Table(vocab)
-        del vocab
-        self.ranks = _Table(merges)
-        self.cache: dict[str, str] = {t: t for t in specials}
-        self.byte_encoder = _bytes_to_unicode()
-        self.pat = regex.compile(
-            "|".join(specials) + r"""|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+""",
-            regex.IGNORECASE,
-        )
-
-    def _rank(self, pair: tuple[str, str]) -> float:
-        rank = self.ranks.get(f"{pair[0]} {pair[1]}")
-        return math.inf if rank is None else rank
-
-    def _bpe(self, token: str) -> str:
-        if token in self.cache:
-            return self.cache[token]
-        word = (*token[:-1], token[-1] + "</w>")
-        while len(word) > 1:
-            pairs = {(a, b) for a, b in zip(word[:-1], word[1:], strict=True)}
-            ranked = {p: self._rank(p) for p in pairs}
-            best = min(pairs, key=ranked.__getitem__)
-            if ranked[best] == math.inf:
-                break
-            merged, i = [], 0
-            while i < len(word):
-                if i < len(word) - 1 and (word[i], word[i + 1]) == best:
-                    merged.append(word[i] + word[i + 1])
-                    i += 2
-                else:
-                    merged.append(word[i])
-                    i += 1
-            word = tuple(merged)
-        out = " ".join(word)
-        self.cache[token] = out
-        return out
-
-    def encode(self, text: str) -> list[int]:
-        ids: list[int] = []
-        for token in self.pat.findall(text):
-            token = "".join(self.byte_encoder[b] for b in token.encode("utf-8"))
-            ids.extend(self.encoder[t] for t in self._bpe(token).split(" "))
-        return ids
-
-
 class HFTokens:
     """tokenizer.json through the `tokenizers` library; special ids come from the manifest."""
 

@@ -369,7 +369,7 @@ def tokenizer_recipe(source: Source, out_dir: Path) -> dict:
             )
         kind, src_file, clean = "hf", tok_path, clean or "whitespace"
     else:
-        from wherein.indexer.models.text_tower_litert import open_clip_bpe_file
+        from wherein.indexer.models.clip_bpe import open_clip_bpe_file
 
         kind, src_file, clean = "clip-bpe", open_clip_bpe_file(), clean or "lower"
     dst = out_dir / src_file.name
