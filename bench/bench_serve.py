@@ -25,6 +25,12 @@ models convert`; the speed and memory of the real models, not their answers), be
 stand-in CLIPSeg (no full-size CLIPSeg is built offline). The report
 says whether the server process mapped torch at all.
 
+--memory-limit MB runs the server in a memory cgroup of that size (as root on Linux; swap
+shut out): the kernel may then drop clean file-backed pages (mapped graphs, libraries, the
+page cache of the photos it reads), which RSS counts, but not the anonymous ones. The
+report gives the group's peak and whether the limit killed anything; a killed server ends
+the bench with its exit status.
+
 The standard mix asks 12 query texts, pages 1-3 of 48: one block of 200 hits each, so after
 its first 12 searches the server's reuse of identical answers serves every search in it.
 --vary-queries makes each search a query not asked before: one to three of the known texts
@@ -56,6 +62,7 @@ Nothing here listens on anything but 127.0.0.1, and nothing leaves the machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -116,8 +123,79 @@ def wherein(*args: str, **kw) -> list[str]:
     return [sys.executable, "-m", "wherein.search.cli", *args]
 
 
+class MemoryLimit:
+    """A memory cgroup of its own for the server (Linux, as root; cgroup v2, else v1's
+    memory controller), with swap shut out: whether the server works within `mb` of memory,
+    page cache included, and what the group recorded. Resident file-backed pages (mapped
+    graphs, libraries) count in RSS but are the kernel's to drop under such a limit; the
+    anonymous ones are not."""
+
+    def __init__(self, mb: float) -> None:
+        self.mb = mb
+        name = f"wherein-bench-{os.getpid()}"
+        root = Path("/sys/fs/cgroup")
+        self.v2 = (
+            "memory" in (root / "cgroup.controllers").read_text().split()
+            if (root / "cgroup.controllers").is_file()
+            else False
+        )
+        self.dir = root / name if self.v2 else root / "memory" / name
+        try:
+            self.dir.mkdir()
+        except OSError as exc:
+            raise SystemExit(f"--memory-limit: cannot make a memory cgroup ({exc})") from exc
+        limit = str(int(mb * 2**20))
+        if self.v2:
+            (self.dir / "memory.max").write_text(limit)
+            with contextlib.suppress(OSError):
+                (self.dir / "memory.swap.max").write_text("0")
+        else:
+            (self.dir / "memory.limit_in_bytes").write_text(limit)
+            with contextlib.suppress(OSError):  # no swap accounting on this kernel
+                (self.dir / "memory.memsw.limit_in_bytes").write_text(limit)
+
+    @staticmethod
+    def uncache(folder: Path) -> None:
+        """Drop folder's files from the page cache (clean pages, not mapped elsewhere), so
+        that the server's own reads of its graphs are charged to its group: pages already
+        cached stay charged to whoever read them first and would not count."""
+        for path in folder.rglob("*"):
+            if path.is_file():
+                with path.open("rb") as f:
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+    def enter(self) -> None:
+        """In the child before exec: the server starts inside the group."""
+        (self.dir / "cgroup.procs").write_text(str(os.getpid()))
+
+    def recorded(self) -> dict[str, float]:
+        """The group's peak usage (MB), and how often it hit the limit or killed for memory."""
+        if self.v2:
+            events = dict(
+                line.split() for line in (self.dir / "memory.events").read_text().splitlines()
+            )
+            peak = self.dir / "memory.peak"
+            return {
+                "peak_mb": int(peak.read_text()) / 2**20 if peak.is_file() else float("nan"),
+                "at_limit": int(events.get("max", 0)),
+                "oom_kills": int(events.get("oom_kill", 0)),
+            }
+        control = dict(
+            line.split() for line in (self.dir / "memory.oom_control").read_text().splitlines()
+        )
+        return {
+            "peak_mb": int((self.dir / "memory.max_usage_in_bytes").read_text()) / 2**20,
+            "at_limit": int((self.dir / "memory.failcnt").read_text()),
+            "oom_kills": int(control.get("oom_kill", 0)),
+        }
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # still busy: left for the system to reap
+            self.dir.rmdir()
+
+
 def start_server(
-    index: Path, models: Path, cache_mb: float, *options: str
+    index: Path, models: Path, cache_mb: float, *options: str, limit: MemoryLimit | None = None
 ) -> tuple[subprocess.Popen, int]:
     """`wherein serve` on a free loopback port (options: more of its flags), and that port."""
     proc = subprocess.Popen(
@@ -126,6 +204,7 @@ def start_server(
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        preexec_fn=limit.enter if limit else None,
     )
     return proc, wait_for_port(proc)
 
@@ -413,6 +492,12 @@ def main() -> None:
         action="store_true",
         help="add the server's resident memory per mapping (smaps) at the start and the end",
     )
+    ap.add_argument(
+        "--memory-limit",
+        type=float,
+        metavar="MB",
+        help="run the server in a memory cgroup of this size (Linux, root): does it fit?",
+    )
     ap.add_argument("--write", action="store_true", help="add the report to bench/results/serve.md")
     args = ap.parse_args()
 
@@ -420,6 +505,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="wherein-bench-serve-"))
     server = None
+    limit = MemoryLimit(args.memory_limit) if args.memory_limit else None
     load_before = os.getloadavg()[0]
     try:
         if args.default_path:
@@ -433,7 +519,9 @@ def main() -> None:
             wherein("index", str(photos), "--index", str(index), "--models", str(models), "-q"),
             check=True,
         )
-        server, port = start_server(index, models, args.cache_mb)
+        if limit:
+            limit.uncache(models)
+        server, port = start_server(index, models, args.cache_mb, limit=limit)
         warm = Client(port)
         status, body = warm.get("/api/search?q=red&per_page=200")
         assert status == 200, body[:200]
@@ -465,6 +553,9 @@ def main() -> None:
         if server is not None:
             stop_server(server)
         shutil.rmtree(work, ignore_errors=True)
+        recorded = limit.recorded() if limit else {}
+        if limit:
+            limit.close()
 
     server = {key: result["latencies"].pop(f"search_{key}", []) for key in SERVER_TIMINGS}
     done = sum(len(v) for v in result["latencies"].values())
@@ -485,6 +576,7 @@ def main() -> None:
         + (" --vary-queries" if args.vary_queries else "")
         + (f" --new-texts {args.new_texts:g}" if args.new_texts else "")
         + (" --breakdown" if args.breakdown else "")
+        + (f" --memory-limit {args.memory_limit:g}" if args.memory_limit else "")
     )
     for key, values in server.items():
         if values:
@@ -539,6 +631,17 @@ def main() -> None:
             "|---|---|---|---|---|---|---|",
             *rows,
             "",
+            *(
+                [
+                    f"Memory cgroup: limit {args.memory_limit:g} MB (page cache included, no "
+                    f"swap); its peak {recorded['peak_mb']:.0f} MB, at the limit "
+                    f"{recorded['at_limit']} times, processes killed for memory: "
+                    f"{recorded['oom_kills']}.",
+                    "",
+                ]
+                if limit
+                else []
+            ),
             "Server memory (after the round; round 0: started, one search answered):",
             "",
             "| round | requests so far | RSS MB | peak RSS MB | anonymous MB | file-backed MB "
