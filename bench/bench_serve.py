@@ -159,9 +159,9 @@ class MemoryLimit:
         """Drop folder's files from the page cache (clean pages, not mapped elsewhere), so
         that the server's own reads of its graphs are charged to its group: pages already
         cached stay charged to whoever read them first and would not count."""
-        for path in folder.rglob("*"):
-            if path.is_file():
-                with path.open("rb") as f:
+        for top, _, names in os.walk(folder, followlinks=True):  # a family may be a link
+            for name in names:
+                with contextlib.suppress(OSError), open(os.path.join(top, name), "rb") as f:
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
     def enter(self) -> None:
@@ -169,7 +169,7 @@ class MemoryLimit:
         (self.dir / "cgroup.procs").write_text(str(os.getpid()))
 
     def recorded(self) -> dict[str, float]:
-        """The group's peak usage (MB), and how often it hit the limit or killed for memory."""
+        """The group's peak usage (MB), charges that met the limit, and kills for memory."""
         if self.v2:
             events = dict(
                 line.split() for line in (self.dir / "memory.events").read_text().splitlines()
@@ -634,8 +634,8 @@ def main() -> None:
             *(
                 [
                     f"Memory cgroup: limit {args.memory_limit:g} MB (page cache included, no "
-                    f"swap); its peak {recorded['peak_mb']:.0f} MB, at the limit "
-                    f"{recorded['at_limit']} times, processes killed for memory: "
+                    f"swap); its peak {recorded['peak_mb']:.0f} MB, charges refused at the limit "
+                    f"{recorded['at_limit']}, processes killed for memory: "
                     f"{recorded['oom_kills']}.",
                     "",
                 ]
