@@ -12,12 +12,16 @@ ranges and validators; schemas.py ties the API to schemas/*.schema.json.
 """
 
 MALLOC_ARENAS = 2  # glibc's default is 8 per core: each thread's freed heap stays in its arena
-MMAP_THRESHOLD = 1 << 20  # blocks this large (decoded photos, tensors) go back to the OS on free
+# Blocks this large (decoded photos, tensors, encoded JPEGs) are mapped on their own and go
+# back to the OS on free. glibc's own starting value, held: at 1 MB the blocks between 128 KB
+# and 1 MB (thumbnail and mask buffers) fragmented the arenas, ~10 MB more RSS after each
+# round of the load test at the same CPU time (bench/results/serve.md).
+MMAP_THRESHOLD = 128 << 10
 
 
 def bound_malloc() -> bool:
     """Bound what glibc's malloc keeps of freed memory in this (server) process, before its
-    threads start, as MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=1048576 would: with an
+    threads start, as MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 would: with an
     arena per busy thread, and a threshold that rises to 32 MB once a large block is
     freed, the memory of finished requests (a decoded photo, a search's tensors) stays
     with the process and its RSS grows with the number of clients. A MALLOC_ARENA_MAX
