@@ -255,3 +255,28 @@ def test_the_input_is_squashed_not_cropped():
     x = model_input(Image.fromarray(wide), spec)
     assert x[0].tolist() == [[1.0, 1.0, 0.0, 0.0]] * 4  # red: the left half
     assert x[2].tolist() == [[0.0, 0.0, 1.0, 1.0]] * 4  # blue: the right half
+
+
+def test_a_heic_photo_decodes_through_pillow_heif_loaded_on_first_use(tmp_path):
+    # pillow-heif (libheif, libde265, libx265) is loaded by the first HEIC opened, not at
+    # import: a fresh interpreter, so that no earlier test has loaded it already.
+    import subprocess
+    import sys
+
+    import pillow_heif
+
+    path = tmp_path / "photo.heic"
+    pillow_heif.from_pillow(Image.new("RGB", (64, 48), (220, 30, 30))).save(path, quality=90)
+    probe = (
+        "import sys\n"
+        "from wherein.indexer.imaging import decode\n"
+        "before = 'pillow_heif' in sys.modules\n"
+        f"img, size = decode({str(path)!r})\n"
+        "print(before, 'pillow_heif' in sys.modules, size, img.getpixel((32, 24)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    before, after, *rest = out.stdout.split(" ", 2)
+    assert (before, after) == ("False", "True")
+    assert rest[0].startswith("(64, 48)")
+    r, g, b = (int(v) for v in rest[0].split("(")[-1].rstrip(")\n").split(","))
+    assert r > 180 and g < 80 and b < 80
