@@ -186,3 +186,95 @@ def test_a_resumed_embed_cuts_as_its_plan_says(env, photos, tmp_path):
     res = run("embed", photos, "--out", emb, ok=False)
     assert res.exit_code != 0 and "newer wherein" in res.output and "Traceback" not in res.output
     assert not list((emb / "shards").iterdir())
+
+
+def set_meta(index: Path, key: str, value: object) -> None:
+    """Write one catalog setting behind wherein's back (an index of a newer wherein)."""
+    import sqlite3
+
+    with sqlite3.connect(index / "catalog.db") as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(value), key))
+    conn.close()
+
+
+def folder_state(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_embed_for_an_index_cuts_its_photos_as_the_index_does(env, photos, tmp_path):
+    """`embed --for-index I` without --regions: the shards carry regions with I's tiling, and
+    build-index appends them to I (shards without regions it refuses); new photos get region
+    hits. WHEREIN_INDEX does not stand in for --for-index."""
+    idx = tmp_path / "idx"
+    run("index", photos, "-q", "--regions", "--index", idx)
+    draw_photos(tmp_path / "more")
+    out = json.loads(run("embed", tmp_path / "more", "--out", tmp_path / "emb", "--for-index", idx,
+                         "--json").stdout)  # fmt: skip
+    res = run("embed", tmp_path / "more", "--out", tmp_path / "emb", "--for-index", idx)  # resumed
+    assert f"--index {idx} --append" in res.output  # the next step names the index
+    name, (cut, regions), _ = tiled(idx)
+    assert out["tiling"] == name and out["regions"] == regions > 0
+    run("build-index", tmp_path / "emb", "--index", idx, "--append", "-q")
+    assert tiled(idx)[1] == (2 * cut, 2 * regions)
+    assert run("status", "--check", "--index", idx).exit_code == 0
+    (speck,) = [
+        h for h in found(idx, "red").values() if Path(h["path"]) == tmp_path / "more" / "speck.png"
+    ]
+    x0, y0, x1, y1 = speck["region"]
+    x, y, side = SPECK
+    assert x0 <= x and y0 <= y and x + side <= x1 and y + side <= y1
+
+    unasked = run("embed", tmp_path / "more", "--out", tmp_path / "emb0", "--json",
+                  env={"WHEREIN_INDEX": str(idx)})  # fmt: skip
+    assert json.loads(unasked.stdout)["tiling"] is None
+
+    # The index's own tiling, not today's default: one an older wherein cut by.
+    set_meta(idx, "regions", "pyramid-v1")
+    out = json.loads(run("embed", tmp_path / "more", "--out", tmp_path / "emb1", "--for-index", idx,
+                         "--json").stdout)  # fmt: skip
+    assert out["tiling"] == "pyramid-v1"
+
+
+def test_embed_for_an_index_reads_it_and_refuses_in_one_line(env, photos, tmp_path):
+    """An index without regions gives none (--regions still asks for them); a folder that is
+    no index, or an index cut by a tiling this wherein does not know, is refused before --out
+    is made; a newer wherein's catalog is read for its setting and left as it was."""
+    from wherein.indexer.regions import DEFAULT_TILING
+
+    plain = tmp_path / "plain"
+    run("index", photos, "-q", "--index", plain)
+    out = json.loads(run("embed", photos, "--out", tmp_path / "e1", "--for-index", plain,
+                         "--json").stdout)  # fmt: skip
+    assert (out["tiling"], out["regions"]) == (None, 0)
+    out = json.loads(run("embed", photos, "--out", tmp_path / "e2", "--for-index", plain,
+                         "--regions", "--json").stdout)  # fmt: skip
+    assert out["tiling"] is not None and out["regions"] > 0
+
+    (tmp_path / "empty").mkdir()
+    for index, why in (
+        (tmp_path / "empty", "no wherein index"),
+        (tmp_path / "nowhere", "no wherein index"),
+    ):
+        res = run("embed", photos, "--out", tmp_path / "e3", "--for-index", index, ok=False)
+        assert res.exit_code != 0 and why in res.output and "Traceback" not in res.output
+        assert res.output.startswith("Error: ") and len(res.output.strip().splitlines()) == 1
+        assert not (tmp_path / "e3").exists() and not (tmp_path / "nowhere").exists()
+
+    newer = tmp_path / "newer"
+    run("index", photos, "-q", "--regions", "--index", newer)
+    set_meta(newer, "schema_version", 99)
+    before = folder_state(newer)
+    out = json.loads(run("embed", photos, "--out", tmp_path / "e4", "--for-index", newer,
+                         "--json").stdout)  # fmt: skip
+    assert out["tiling"] == DEFAULT_TILING.name and out["regions"] > 0
+    after = folder_state(newer)
+    # Not a byte written: SQLite's own -shm (and an empty -wal) may appear beside a WAL
+    # catalog read in a writable folder, as for any reader (search, status).
+    assert {k: after[k] for k in before} == before
+    assert set(after) - set(before) <= {"catalog.db-shm", "catalog.db-wal"}
+    assert after.get("catalog.db-wal", b"") == b""
+
+    set_meta(newer, "regions", "pyramid-v99")
+    res = run("embed", photos, "--out", tmp_path / "e5", "--for-index", newer, ok=False)
+    assert res.exit_code != 0 and "newer wherein" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "e5").exists()

@@ -287,7 +287,8 @@ def _regions_agree(es: EmbedSet, index: Path | None) -> str | None:
             f"{cut[0][0]} was embedded with --regions")  # fmt: skip
         raise S.ShardError(
             f"{plain[0]}: embedded without --regions, but {why}; run `wherein embed "
-            "--regions` into a new --out for it, so that every photo of the index has regions"
+            "--regions` (or `--for-index INDEX`) into a new --out for it, so that every "
+            "photo of the index has regions"
         )
     unknown = [(d, t) for d, t in cut if t not in TILINGS]
     if unknown:

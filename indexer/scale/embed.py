@@ -98,11 +98,14 @@ def embed(
     say: Callable[[str], object] | None = None,
     frames: FrameSettings = FrameSettings(),  # noqa: B008 - frozen, shared safely
     regions: bool = False,
+    tiling: str | None = None,
 ) -> EmbedStats:
     """say: one-line notes for the user (which Ray cluster and token were used). frames: how
     videos are sampled (as `wherein index --frame-every/--max-frames`), fixed by the first run.
     regions: also cut large photos into regions (as `wherein index --regions`: region rows
-    beside each photo's whole row), fixed by the first run too (a resume keeps the plan's)."""
+    beside each photo's whole row), fixed by the first run too (a resume keeps the plan's).
+    tiling: the tiling's name to cut by (an index's, from index_tiling); None: today's
+    default. It implies regions."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}")
     t0 = time.perf_counter()
@@ -127,9 +130,9 @@ def embed(
         model_file,
         {"frame_every": frames.every, "max_frames": frames.max_frames},
         entry_for(models).key,
-        DEFAULT_TILING.name if regions else None,
+        tiling or (DEFAULT_TILING.name if regions else None),
     )
-    tiling = plan_tiling(plan.tiling)
+    cut_by = plan_tiling(plan.tiling)
     stats.tiling = plan.tiling
     # A resumed run samples as the first one did (open_plan refuses other settings).
     frames = FrameSettings(plan.sampling["frame_every"], plan.sampling["max_frames"], frames.chunk)
@@ -142,7 +145,7 @@ def embed(
     try:
         if pending and engine == "local":
             _run_local(
-                plan, pending, writer, models, workers, threads, draft, progress, frames, tiling
+                plan, pending, writer, models, workers, threads, draft, progress, frames, cut_by
             )
         elif pending:
             from wherein.indexer.scale.ray_embed import run_ray
@@ -159,7 +162,7 @@ def embed(
                 progress,
                 say,
                 frames,
-                tiling,
+                cut_by,
             )
     except KeyboardInterrupt:
         stats.interrupted = True
@@ -175,6 +178,25 @@ def embed(
         stats.complete = manifest["complete"]
         stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def index_tiling(index_dir: str | Path) -> str | None:
+    """The regions setting of an index (the name of the tiling its photos are cut by; None:
+    it keeps no regions), so that shards for it are cut the same way (`embed --for-index`).
+
+    Opened read-only: not a byte of the index is written, and a newer wherein's catalog is
+    read as far as this setting. Its files and items are not checked for damage (a
+    search's check): only one setting is read, and build-index checks what it writes
+    into. IndexError_ where the folder holds no index or the index names a tiling this
+    wherein does not know."""
+    from wherein.indexer.regions import tiling_named
+    from wherein.indexer.store.index_store import IndexStore
+
+    with IndexStore.open(index_dir, read_only=True, load_vectors=False, check_rows=False) as s:
+        name = s.catalog.get_meta("regions")
+    if name is not None:
+        tiling_named(name)  # a newer wherein's tiling: refused before anything is cut
+    return name
 
 
 def plan_tiling(name: str | None) -> Tiling | None:

@@ -65,6 +65,15 @@ def register(cli: click.Group) -> None:
     "does (rows of their own in the shards). Fixed by the first run; an index with regions "
     "takes only shards embedded with it.",
 )
+@click.option(
+    "--for-index",
+    "index_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The index these shards will be added to: its large photos' regions are cut as it "
+    "cuts them (its tiling; none where it keeps none, unless --regions). Only read. Not "
+    "--index: WHEREIN_INDEX never changes what embed writes.",
+)
 @models_option
 @quiet_option
 @json_option
@@ -83,6 +92,7 @@ def embed(
     frame_every,
     max_frames,
     regions,
+    index_dir,
     models_dir,
     quiet,
     fmt,
@@ -114,6 +124,7 @@ def embed(
             frame_every=frame_every,
             max_frames=max_frames,
             regions=regions,
+            index_dir=index_dir,
         )
     finally:
         bar.close()
@@ -132,7 +143,8 @@ def embed(
         if stats.failed:
             click.echo(f"  failed items and reasons: {stats.out}/shards/*.errors.parquet")
         if stats.complete:
-            click.echo(f"next: wherein build-index {stats.out} --index INDEX")
+            into = "INDEX" if index_dir is None else f"{index_dir} --append"
+            click.echo(f"next: wherein build-index {stats.out} --index {into}")
     if stats.interrupted:
         click.echo("interrupted: completed shards are kept; run again to resume", err=True)
         sys.exit(130)

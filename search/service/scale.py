@@ -37,10 +37,13 @@ def embed(
     frame_every: float = 2.0,
     max_frames: int = 600,
     regions: bool = False,
+    index_dir: Path | None = None,
 ) -> EmbedStats:
     """Embed the images and videos SOURCES list into parquet shards in out (a re-run
     resumes). frame_every/max_frames: how videos are sampled, as IndexRequest's; regions:
     also cut large photos into regions, as IndexRequest's (fixed by the first run).
+    index_dir: the index the shards are for: its photos' regions are cut the same way
+    (as `wherein index` into it would), read before anything is written.
 
     actors/actor_cpus apply on Ray, workers/threads to the local engine. feedback.say gets
     which Ray cluster and token were used; an interrupted run (stats.interrupted) keeps
@@ -50,7 +53,10 @@ def embed(
     from wherein.indexer.ingest.videos import FrameSettings
     from wherein.indexer.models.modeldir import ModelDir
     from wherein.indexer.scale.embed import embed as run_embed
+    from wherein.indexer.scale.embed import index_tiling
 
+    # The index's setting first: a folder that is no index is refused before --out is made.
+    tiling = None if index_dir is None else index_tiling(Path(index_dir).expanduser())
     frames = FrameSettings(every=frame_every, max_frames=max_frames)
     engine = engine or Engine()
     root = P.models_dir(models_dir)
@@ -75,6 +81,7 @@ def embed(
             say=feedback.say,
             frames=frames,
             regions=regions,
+            tiling=tiling,
         )
 
     return engine.run(local=lambda: run("local"), ray=lambda: run("ray"))
