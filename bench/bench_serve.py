@@ -22,7 +22,9 @@ whose memory is bounded stops growing after the first. The server's CPU time in 
 pull`: full-size SigLIP 2 towers as LiteRT graphs (the int8 image tower, the fp32 text
 tower, so a query imports no torch), built once into DIR with random weights (`wherein
 models convert`; the speed and memory of the real models, not their answers), beside the
-stand-in CLIPSeg (no full-size CLIPSeg is built offline). The report
+stand-in CLIPSeg, or with --clipseg full a full-size CLIPSeg with random weights (fp32
+graphs, as `models pull` gives them), or with --clipseg optimized that one after `models
+optimize` (int8 vision graph, 16-position text graph), also built once into DIR. The report
 says whether the server process mapped torch at all.
 
 --memory-limit MB runs the server in a memory cgroup of that size (as root on Linux; swap
@@ -405,6 +407,37 @@ def default_path_models(root: Path) -> Path:
     return models
 
 
+CLIPSEGS = ("standin", "full", "optimized")
+
+
+def with_clipseg(root: Path, models: Path, kind: str) -> Path:
+    """models with another CLIPSeg: "full", a full-size one with random weights (fp32 graphs,
+    bench_mask.build_full), or "optimized", that one as `models optimize` leaves it (int8
+    vision, 16-position text graph; bench_mask.build_int8). Built once into root and
+    reused; the SigLIP 2 towers are links to models' own."""
+    if kind == "standin":
+        return models
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_mask import build_full, build_int8
+
+    built = build_full(root / "clipseg-full")
+    if kind == "optimized":
+        built = build_int8(root / "clipseg-full", built)
+        if built is None:
+            sys.exit("--clipseg optimized needs ai-edge-quantizer (pip install -e '.[convert]')")
+    target = root / f"models-clipseg-{kind}"
+    target.mkdir(parents=True, exist_ok=True)
+    for name, source in (
+        ("siglip2-image", models / "siglip2-image"),
+        ("siglip2-text", models / "siglip2-text"),
+        ("clipseg", built / "clipseg"),
+    ):
+        link = target / name
+        if not link.is_symlink():
+            link.symlink_to(source.resolve())
+    return target
+
+
 def clipseg_kind(models: Path) -> str:
     """The stand-in CLIPSeg (kilobyte graphs) or a full-size one, and its vision graph."""
     from wherein.indexer.models.modeldir import ModelDir
@@ -476,6 +509,13 @@ def main() -> None:
         help="full-size LiteRT towers with random weights, built into (and reused from) DIR",
     )
     ap.add_argument(
+        "--clipseg",
+        choices=CLIPSEGS,
+        default="standin",
+        help="with --default-path: the stand-in CLIPSeg, a full-size one (random weights, "
+        "fp32), or that one after `models optimize` (int8 vision), built once into DIR",
+    )
+    ap.add_argument(
         "--vary-queries",
         action="store_true",
         help="each search a query not asked before (known texts, random weights): no reuse",
@@ -510,6 +550,9 @@ def main() -> None:
     try:
         if args.default_path:
             models = default_path_models(args.default_path)
+            models = with_clipseg(args.default_path, models, args.clipseg)
+        elif args.clipseg != "standin":
+            ap.error("--clipseg full or optimized needs --default-path")
         else:
             models = args.models or build_standin_models(work / "models")
         photos, index = work / "photos", work / "index"
@@ -573,6 +616,7 @@ def main() -> None:
         + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
         + (f" --models {args.models}" if args.models else "")
         + (f" --default-path {args.default_path}" if args.default_path else "")
+        + (f" --clipseg {args.clipseg}" if args.clipseg != "standin" else "")
         + (" --vary-queries" if args.vary_queries else "")
         + (f" --new-texts {args.new_texts:g}" if args.new_texts else "")
         + (" --breakdown" if args.breakdown else "")
